@@ -1,0 +1,102 @@
+# sect4k: block devices with any sector geometry.
+#   make            build ./sect4k.so (the nbdkit plugin) and its man page
+#   make check      install missing Debian packages, build, run every test
+#   make check-asan the whole suite with ASan+UBSan
+#   make check-tsan the concurrency tests with TSan
+#   make run        serve a 512e 10G device on nbd://localhost
+#   make install    install the plugin into nbdkit's plugin directory
+
+PKG_CONFIG ?= pkg-config
+CC ?= cc
+PREFIX ?= /usr/local
+MANDIR ?= $(PREFIX)/share/man
+PLUGINDIR ?= $(shell $(PKG_CONFIG) --variable=plugindir nbdkit 2>/dev/null)
+
+# SAN= (none), asan or tsan: each build lives in its own directory.
+SAN ?=
+B := build/$(if $(SAN),$(SAN),default)
+SAN_FLAGS_asan := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_FLAGS_tsan := -fsanitize=thread -fno-omit-frame-pointer
+SAN_FLAGS := $(SAN_FLAGS_$(SAN))
+
+OPT ?= -O2 -g
+CFLAGS_ALL := -std=gnu11 $(OPT) -Wall -Wextra -Werror -fPIC -pthread \
+              -Iinclude $(SAN_FLAGS) $(CFLAGS)
+LDFLAGS_ALL := -pthread $(SAN_FLAGS) $(LDFLAGS)
+
+NBDKIT_CFLAGS = $(shell $(PKG_CONFIG) --cflags nbdkit 2>/dev/null)
+LIBNBD_CFLAGS = $(shell $(PKG_CONFIG) --cflags libnbd 2>/dev/null)
+LIBNBD_LIBS = $(shell $(PKG_CONFIG) --libs libnbd 2>/dev/null)
+URING_CFLAGS = $(shell $(PKG_CONFIG) --cflags liburing 2>/dev/null)
+URING_LIBS = $(shell $(PKG_CONFIG) --libs liburing 2>/dev/null)
+
+ENGINE_SRCS := $(sort $(wildcard lib/*.c))
+ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(B)/%.o)
+ENGINE_LIB := $(B)/libsect4k.a
+PLUGIN := $(if $(SAN),$(B)/sect4k.so,sect4k.so)
+MANPAGE := nbdkit-sect4k-plugin.1
+
+# Test programs: tests/unit/*.c and tests/plugin/*.c, each built to $(B)/tests/NAME.
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit-%,$(wildcard tests/unit/*.c))
+CLIENT_TESTS := $(patsubst tests/plugin/%.c,$(B)/tests/client-%,$(wildcard tests/plugin/*.c))
+TEST_PROGS := $(UNIT_TESTS) $(CLIENT_TESTS)
+
+.PHONY: all check check-asan check-tsan deps run install uninstall clean test-progs
+all: $(PLUGIN) $(MANPAGE) test-progs
+
+$(B)/%.o: %.c $(wildcard include/sect4k/*.h lib/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(NBDKIT_CFLAGS) $(URING_CFLAGS) -c $< -o $@
+
+$(ENGINE_LIB): $(ENGINE_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(PLUGIN): $(B)/plugin/sect4k.o $(ENGINE_LIB)
+	$(CC) -shared $(LDFLAGS_ALL) -o $@ $< $(ENGINE_LIB) $(URING_LIBS)
+
+$(MANPAGE): plugin/nbdkit-sect4k-plugin.pod
+	pod2man --section=1 --center=sect4k --release=sect4k-$(shell sed -n 's/.*S4K_VERSION "\(.*\)"/\1/p' include/sect4k/sect4k.h) --name=nbdkit-sect4k-plugin $< > $@
+
+test-progs: $(TEST_PROGS)
+$(B)/tests/unit-%: tests/unit/%.c $(ENGINE_LIB) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
+$(B)/tests/client-%: tests/plugin/%.c $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LIBNBD_CFLAGS) -Itests -o $@ $< $(LDFLAGS_ALL) $(LIBNBD_LIBS)
+
+deps:
+	@scripts/install-deps
+
+# Every *.t under tests/ runs under prove; they find the build through
+# these variables.
+export SECT4K_BUILD := $(abspath $(B))
+export SECT4K_PLUGIN := $(abspath $(PLUGIN))
+export SECT4K_SAN := $(SAN)
+TESTS ?= $(sort $(wildcard tests/*.t tests/*/*.t))
+PROVE ?= prove
+check: deps
+	$(MAKE) all
+	$(PROVE) --exec '' $(TESTS)
+
+check-asan:
+	$(MAKE) SAN=asan OPT='-O1 -g' check
+check-tsan:
+	$(MAKE) SAN=tsan OPT='-O1 -g' TESTS='$(sort $(wildcard tests/*/*concurren*.t tests/*/*torture*.t))' check
+
+run: $(PLUGIN)
+	@scripts/sect4k-run $(RUN_ARGS)
+
+install: $(PLUGIN) $(MANPAGE)
+	@test -n "$(PLUGINDIR)" || { echo "make install: pkg-config cannot find nbdkit's plugindir (install nbdkit-plugin-dev)"; exit 1; }
+	install -D -m 0755 $(PLUGIN) $(DESTDIR)$(PLUGINDIR)/nbdkit-sect4k-plugin.so
+	install -D -m 0644 $(MANPAGE) $(DESTDIR)$(MANDIR)/man1/$(MANPAGE)
+uninstall:
+	rm -f $(DESTDIR)$(PLUGINDIR)/nbdkit-sect4k-plugin.so $(DESTDIR)$(MANDIR)/man1/$(MANPAGE)
+
+clean:
+	rm -rf build sect4k.so $(MANPAGE)
+
+# Further areas (server/, benchmarks, kernel tests) add their own targets.
+-include $(sort $(wildcard */*.mk tests/*/*.mk))

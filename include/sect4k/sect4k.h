@@ -1,0 +1,169 @@
+/* sect4k engine: block devices with any sector geometry.
+ *
+ * Plain C, no nbdkit types.  The plugin (plugin/) and the standalone server
+ * (server/) are glue around this API.
+ *
+ * Errors: functions return 0 on success and a negative errno on failure.
+ * Functions that can fail for a reason a user must read take an error
+ * buffer (err, errlen) and fill it with one line naming the key, the value
+ * and the rule.
+ */
+#ifndef SECT4K_H
+#define SECT4K_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define S4K_VERSION "0.1.0"
+
+#define S4K_MIN_LOGICAL 512u
+#define S4K_MAX_LOGICAL 65536u             /* NBD caps the minimum at 64 KiB */
+#define S4K_MAX_PHYSICAL (32u << 20)       /* nbdkit caps preferred at 32 MiB */
+#define S4K_DEFAULT_MAX_REQUEST (32u << 20)
+#define S4K_MAX_MAX_REQUEST (64u << 20)    /* nbdkit's own request limit */
+
+/* ---- geometry ---------------------------------------------------------- */
+
+struct s4k_geometry {
+  uint64_t size;        /* bytes, multiple of logical */
+  uint32_t logical;     /* L: power of two, 512..64K */
+  uint32_t physical;    /* P: power of two, L..32M */
+  uint32_t alignment;   /* A: multiple of L, 0 <= A < P */
+};
+
+/* Checks the geometry contract; fills err on failure. */
+int s4k_geometry_check (const struct s4k_geometry *g, char *err, size_t errlen);
+
+/* Index of the physical sector holding byte off (off < size). */
+uint64_t s4k_sector_index (const struct s4k_geometry *g, uint64_t off);
+/* Byte range [*start, *end) of physical sector k, clipped to [0, size). */
+void s4k_sector_range (const struct s4k_geometry *g, uint64_t k,
+                       uint64_t *start, uint64_t *end);
+/* Number of physical sectors (including short first/last ones). */
+uint64_t s4k_sector_count (const struct s4k_geometry *g);
+/* True if off is a physical boundary (0, size, or off = A mod P). */
+bool s4k_is_boundary (const struct s4k_geometry *g, uint64_t off);
+/* Lowest aligned LBA as scsi_debug means it: A / L. */
+uint64_t s4k_lowest_aligned (const struct s4k_geometry *g);
+
+/* ---- configuration (shared key=value parser of plugin and server) ------ */
+
+struct s4k_config {
+  struct s4k_geometry geom;
+  uint32_t max_request;
+  bool strict;
+  bool readonly;              /* set by the front end (nbdkit -r, server -r) */
+  const char *model;          /* preset name or NULL */
+  /* Which keys the user gave, so presets never override them. */
+  bool have_size, have_logical, have_physical, have_alignment,
+       have_lowest_aligned, have_max_request;
+  uint64_t lowest_aligned;
+};
+
+void s4k_config_init (struct s4k_config *c);
+/* Applies one key=value.  Unknown key, malformed number, unknown model:
+ * returns -1 with err filled. */
+int s4k_config_set (struct s4k_config *c, const char *key, const char *value,
+                    char *err, size_t errlen);
+/* Applies the preset, fills defaults, checks every rule. */
+int s4k_config_finish (struct s4k_config *c, char *err, size_t errlen);
+/* "key=VALUE  description (default ...)" lines for --help. */
+extern const char s4k_config_help[];
+/* Parses nbdkit's size syntax: digits with optional b/k/M/G/T/P/E suffix
+ * (powers of 1024).  Returns -1 if malformed or out of range. */
+int s4k_parse_size (const char *str, uint64_t *out);
+int s4k_parse_bool (const char *str, bool *out);
+
+/* ---- stores: whole physical sectors, no RMW ---------------------------- */
+
+/* One contiguous piece of I/O.  For store calls, off and off+len are
+ * physical sector boundaries. */
+struct s4k_io {
+  void *buf;
+  uint64_t len;
+  uint64_t off;
+};
+
+typedef int s4k_extent_fn (void *opaque, uint64_t off, uint64_t len,
+                           bool zero);
+
+struct s4k_store;
+struct s4k_store_ops {
+  const char *name;
+  /* n pieces submitted together (an RMW reads head and tail at once). */
+  int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
+  int (*write) (struct s4k_store *s, const struct s4k_io *io, unsigned n,
+                bool fua);
+  /* Whole physical sectors. */
+  int (*zero) (struct s4k_store *s, uint64_t len, uint64_t off,
+               bool may_trim, bool fua);
+  int (*trim) (struct s4k_store *s, uint64_t len, uint64_t off, bool fua);
+  int (*flush) (struct s4k_store *s);
+  /* Calls fn for consecutive runs covering [off, off+len) (it may stop
+   * early, and may go past the end); zero = reads as zeroes (a hole). */
+  int (*extents) (struct s4k_store *s, uint64_t len, uint64_t off,
+                  s4k_extent_fn *fn, void *opaque);
+  /* True if zeroing whole sectors is cheap (fast-zero). */
+  bool (*can_fast_zero) (struct s4k_store *s);
+  void (*close) (struct s4k_store *s);
+};
+struct s4k_store {
+  const struct s4k_store_ops *ops;
+};
+
+struct s4k_store *s4k_mem_store_new (const struct s4k_geometry *g,
+                                     char *err, size_t errlen);
+/* Bytes of data memory held by a memory store (for tests). */
+uint64_t s4k_mem_store_bytes (struct s4k_store *s);
+
+/* ---- the device: geometry + RMW + per-sector locking over a store ------ */
+
+#define S4K_FUA        1u
+#define S4K_MAY_TRIM   2u
+#define S4K_FAST_ZERO  4u
+
+#define S4K_DEBUG_RMW  1u
+
+typedef void s4k_debug_fn (void *opaque, const char *msg);
+
+struct s4k_dev;
+
+/* Takes ownership of store (closed on failure too). */
+int s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
+                 struct s4k_store *store, char *err, size_t errlen);
+/* Builds the store the config asks for (memory for now), then the device. */
+int s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
+                  char *err, size_t errlen);
+void s4k_dev_close (struct s4k_dev *d);
+
+const struct s4k_geometry *s4k_dev_geometry (const struct s4k_dev *d);
+uint32_t s4k_dev_max_request (const struct s4k_dev *d);
+bool s4k_dev_can_fast_zero (const struct s4k_dev *d);
+void s4k_dev_set_debug (struct s4k_dev *d, unsigned mask,
+                        s4k_debug_fn *fn, void *opaque);
+/* Export description, e.g. "512e: logical 512, physical 4096, alignment
+ * offset 3584 (lowest aligned LBA 7)". */
+void s4k_dev_describe (const struct s4k_dev *d, char *buf, size_t len);
+
+/* Data path.  -EINVAL: breaks the logical-size rule under strict, or out
+ * of range; -ENOTSUP: fast-zero refused; other -errno from the store. */
+int s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off);
+int s4k_write (struct s4k_dev *d, const void *buf, uint64_t len,
+               uint64_t off, unsigned flags);
+int s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags);
+int s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags);
+int s4k_flush (struct s4k_dev *d);
+int s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off);
+/* Runs are reported at logical granularity. */
+int s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
+                 s4k_extent_fn *fn, void *opaque);
+
+/* True if [off, off+len) breaks the logical-size rule. */
+bool s4k_misaligned (const struct s4k_dev *d, uint64_t len, uint64_t off);
+/* One line explaining why a request was refused. */
+void s4k_explain_misaligned (const struct s4k_dev *d, const char *op,
+                             uint64_t len, uint64_t off,
+                             char *buf, size_t buflen);
+
+#endif
