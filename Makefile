@@ -99,4 +99,4 @@ clean:
 	rm -rf build sect4k.so $(MANPAGE)
 
 # Further areas (server/, benchmarks, kernel tests) add their own targets.
--include $(sort $(wildcard */*.mk tests/*/*.mk))
+-include $(sort $(wildcard */*.mk */*/*.mk))

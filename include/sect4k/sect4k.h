@@ -59,6 +59,10 @@ struct s4k_config {
   bool have_size, have_logical, have_physical, have_alignment,
        have_lowest_aligned, have_max_request;
   uint64_t lowest_aligned;
+  /* File store (file=, direct=, io=). */
+  const char *file;           /* NULL: memory store */
+  bool direct;                /* O_DIRECT */
+  bool no_uring;              /* io=sync, or SECT4K_NO_URING=1 */
 };
 
 void s4k_config_init (struct s4k_config *c);
@@ -114,6 +118,11 @@ struct s4k_store {
 
 struct s4k_store *s4k_mem_store_new (const struct s4k_geometry *g,
                                      char *err, size_t errlen);
+/* File or block device store.  Sets *size to the device size it serves
+ * (from the file when c->geom.size is 0). */
+struct s4k_store *s4k_file_store_new (const struct s4k_config *c,
+                                      uint64_t *size, char *err,
+                                      size_t errlen);
 /* Bytes of data memory held by a memory store (for tests). */
 uint64_t s4k_mem_store_bytes (struct s4k_store *s);
 
