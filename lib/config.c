@@ -1,0 +1,260 @@
+/* key=value parameters shared by the nbdkit plugin and the server. */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "sect4k/sect4k.h"
+
+const char s4k_config_help[] =
+  "size=SIZE             Device size (required unless file= exists); the\n"
+  "                      magic key: 'nbdkit sect4k 10G' works too.\n"
+  "logical=SIZE          Logical sector size, power of two 512..64K (default 512).\n"
+  "physical=SIZE         Physical sector size, power of two, logical..32M\n"
+  "                      (default: the logical size).\n"
+  "alignment-offset=N    Bytes from LBA 0 to the first physical boundary,\n"
+  "                      multiple of logical, < physical (default 0).\n"
+  "lowest-aligned=LBA    Alignment as scsi_debug's lowest aligned LBA\n"
+  "                      (alternative to alignment-offset).\n"
+  "model=NAME            Preset: 512n, 512e, 512e-xp (512e, lowest aligned\n"
+  "                      LBA 7), 4kn.  Explicit keys override it.\n"
+  "max-request=SIZE      Largest request advertised, multiple of logical\n"
+  "                      (default 32M, at most 64M).\n"
+  "strict=BOOL           Refuse requests not aligned to the logical size with\n"
+  "                      EINVAL (default true); false serves them through RMW.\n"
+  "file=PATH             Keep the data in a file or block device instead of\n"
+  "                      memory.\n"
+  "direct=BOOL           Open file= with O_DIRECT (default false).\n"
+  "io=uring|sync         File I/O through io_uring (default) or pread/pwrite.\n";
+
+struct preset {
+  const char *name;
+  uint32_t logical, physical;
+  uint64_t lowest_aligned;
+};
+static const struct preset presets[] = {
+  { "512n", 512, 512, 0 },
+  { "512e", 512, 4096, 0 },
+  { "512e-xp", 512, 4096, 7 },
+  { "4kn", 4096, 4096, 0 },
+};
+
+int
+s4k_parse_size (const char *str, uint64_t *out)
+{
+  const char *p = str;
+  uint64_t v = 0;
+  unsigned shift = 0;
+
+  while (isspace ((unsigned char) *p))
+    p++;
+  if (!isdigit ((unsigned char) *p))
+    return -1;
+  for (; isdigit ((unsigned char) *p); p++) {
+    unsigned d = *p - '0';
+    if (v > (UINT64_MAX - d) / 10)
+      return -1;
+    v = v * 10 + d;
+  }
+  switch (*p) {
+  case '\0': break;
+  case 'b': case 'B': p++; break;
+  case 'k': case 'K': shift = 10; p++; break;
+  case 'm': case 'M': shift = 20; p++; break;
+  case 'g': case 'G': shift = 30; p++; break;
+  case 't': case 'T': shift = 40; p++; break;
+  case 'p': case 'P': shift = 50; p++; break;
+  case 'e': case 'E': shift = 60; p++; break;
+  default: return -1;
+  }
+  if (*p != '\0')
+    return -1;
+  if (shift && v > ((uint64_t) INT64_MAX >> shift))
+    return -1;
+  v <<= shift;
+  if (v > (uint64_t) INT64_MAX)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+int
+s4k_parse_bool (const char *str, bool *out)
+{
+  static const char *yes[] = { "1", "true", "on", "yes" };
+  static const char *no[] = { "0", "false", "off", "no" };
+  for (size_t i = 0; i < 4; i++) {
+    if (strcasecmp (str, yes[i]) == 0) { *out = true; return 0; }
+    if (strcasecmp (str, no[i]) == 0) { *out = false; return 0; }
+  }
+  return -1;
+}
+
+void
+s4k_config_init (struct s4k_config *c)
+{
+  memset (c, 0, sizeof *c);
+  c->strict = true;
+  const char *e = getenv ("SECT4K_NO_URING");
+  c->no_uring = e && *e && strcmp (e, "0") != 0;
+}
+
+/* Parses a size that must fit in 32 bits. */
+static int
+parse_u32 (const char *key, const char *value, uint32_t *out,
+           char *err, size_t errlen)
+{
+  uint64_t v;
+  if (s4k_parse_size (value, &v) == -1 || v > UINT32_MAX) {
+    snprintf (err, errlen, "%s=%s: not a valid size (a number with an "
+              "optional k/M/G suffix, below 4G)", key, value);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int
+s4k_config_set (struct s4k_config *c, const char *key, const char *value,
+                char *err, size_t errlen)
+{
+  if (strcmp (key, "size") == 0) {
+    if (s4k_parse_size (value, &c->geom.size) == -1) {
+      snprintf (err, errlen, "size=%s: not a valid size (a number with an "
+                "optional k/M/G/T/P/E suffix)", value);
+      return -1;
+    }
+    c->have_size = true;
+  }
+  else if (strcmp (key, "logical") == 0) {
+    if (parse_u32 (key, value, &c->geom.logical, err, errlen) == -1)
+      return -1;
+    c->have_logical = true;
+  }
+  else if (strcmp (key, "physical") == 0) {
+    if (parse_u32 (key, value, &c->geom.physical, err, errlen) == -1)
+      return -1;
+    c->have_physical = true;
+  }
+  else if (strcmp (key, "alignment-offset") == 0) {
+    if (parse_u32 (key, value, &c->geom.alignment, err, errlen) == -1)
+      return -1;
+    c->have_alignment = true;
+  }
+  else if (strcmp (key, "lowest-aligned") == 0) {
+    if (s4k_parse_size (value, &c->lowest_aligned) == -1) {
+      snprintf (err, errlen, "lowest-aligned=%s: not a valid LBA", value);
+      return -1;
+    }
+    c->have_lowest_aligned = true;
+  }
+  else if (strcmp (key, "model") == 0) {
+    size_t i;
+    for (i = 0; i < sizeof presets / sizeof presets[0]; i++)
+      if (strcmp (value, presets[i].name) == 0)
+        break;
+    if (i == sizeof presets / sizeof presets[0]) {
+      snprintf (err, errlen, "model=%s: unknown model (known: 512n, 512e, "
+                "512e-xp, 4kn)", value);
+      return -1;
+    }
+    c->model = presets[i].name;
+  }
+  else if (strcmp (key, "max-request") == 0) {
+    if (parse_u32 (key, value, &c->max_request, err, errlen) == -1)
+      return -1;
+    c->have_max_request = true;
+  }
+  else if (strcmp (key, "strict") == 0 || strcmp (key, "direct") == 0) {
+    bool *b = key[0] == 's' ? &c->strict : &c->direct;
+    if (s4k_parse_bool (value, b) == -1) {
+      snprintf (err, errlen, "%s=%s: not a boolean (true/false, on/off, "
+                "yes/no, 1/0)", key, value);
+      return -1;
+    }
+  }
+  else if (strcmp (key, "file") == 0) {
+    if (*value == '\0') {
+      snprintf (err, errlen, "file=: the path is empty");
+      return -1;
+    }
+    c->file = value;
+  }
+  else if (strcmp (key, "io") == 0) {
+    if (strcmp (value, "uring") == 0)
+      c->no_uring = false;
+    else if (strcmp (value, "sync") == 0)
+      c->no_uring = true;
+    else {
+      snprintf (err, errlen, "io=%s: must be uring or sync", value);
+      return -1;
+    }
+  }
+  else {
+    snprintf (err, errlen, "%s=%s: unknown parameter (see --help)",
+              key, value);
+    return -1;
+  }
+  return 0;
+}
+
+int
+s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
+{
+  struct s4k_geometry *g = &c->geom;
+  const struct preset *p = NULL;
+
+  if (c->have_alignment && c->have_lowest_aligned) {
+    snprintf (err, errlen, "alignment-offset=%" PRIu32 " and lowest-aligned="
+              "%" PRIu64 ": give one of the two, not both",
+              g->alignment, c->lowest_aligned);
+    return -1;
+  }
+  if (c->model)
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+      if (strcmp (c->model, presets[i].name) == 0)
+        p = &presets[i];
+
+  if (!c->have_logical)
+    g->logical = p ? p->logical : 512;
+  if (!c->have_physical)
+    g->physical = p ? p->physical : g->logical;
+  if (!c->have_max_request)
+    c->max_request = S4K_DEFAULT_MAX_REQUEST;
+  if (!c->have_alignment) {
+    uint64_t lba = c->have_lowest_aligned ? c->lowest_aligned
+                                          : p ? p->lowest_aligned : 0;
+    /* scsi_debug's meaning: A = (lowest_aligned * L) mod P. */
+    g->alignment = g->physical ?
+      (uint32_t) (((unsigned __int128) lba * g->logical) % g->physical) : 0;
+  }
+  if (!c->have_size && !c->file) {
+    snprintf (err, errlen, "size: required (e.g. size=10G)");
+    return -1;
+  }
+  if (c->have_size && s4k_geometry_check (g, err, errlen) == -1)
+    return -1;
+  if (!c->have_size) {
+    /* The file store fills the size in; check the rest now. */
+    struct s4k_geometry probe = *g;
+    probe.size = g->logical;
+    if (s4k_geometry_check (&probe, err, errlen) == -1)
+      return -1;
+  }
+  if (c->max_request < g->logical || c->max_request % g->logical != 0 ||
+      c->max_request > S4K_MAX_MAX_REQUEST || c->max_request < g->physical) {
+    snprintf (err, errlen, "max-request=%" PRIu32 ": must be a multiple of "
+              "logical=%" PRIu32 ", at least physical=%" PRIu32
+              " and at most 67108864 (64M)", c->max_request,
+              g->logical, g->physical);
+    return -1;
+  }
+  if (c->direct && !c->file) {
+    snprintf (err, errlen, "direct=true: needs file=");
+    return -1;
+  }
+  return 0;
+}

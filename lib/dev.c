@@ -1,0 +1,423 @@
+/* The device: geometry, read-modify-write and per-sector locking over a
+ * store that only ever sees whole physical sectors. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sect4k/sect4k.h"
+#include "lock.h"
+
+struct s4k_dev {
+  struct s4k_geometry g;
+  uint32_t max_request;
+  bool strict;
+  struct s4k_store *store;
+  struct s4k_locks *locks;
+  unsigned debug_mask;
+  s4k_debug_fn *debug_fn;
+  void *debug_opaque;
+};
+
+/* ---- per-thread bounce buffer for RMW sectors ------------------------- */
+
+static pthread_key_t bounce_key;
+static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct { char *buf; size_t len; } tl_bounce;
+
+static void
+bounce_free (void *p)
+{
+  free (p);
+}
+static void
+bounce_init (void)
+{
+  pthread_key_create (&bounce_key, bounce_free);
+}
+
+/* Room for a head and a tail sector; freed when the thread exits. */
+static char *
+bounce (size_t len)
+{
+  if (tl_bounce.len < len) {
+    pthread_once (&bounce_once, bounce_init);
+    char *p = realloc (tl_bounce.buf, len);
+    if (!p)
+      return NULL;
+    tl_bounce.buf = p;
+    tl_bounce.len = len;
+    pthread_setspecific (bounce_key, p);
+  }
+  return tl_bounce.buf;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+int
+s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
+             struct s4k_store *store, char *err, size_t errlen)
+{
+  struct s4k_dev *d = calloc (1, sizeof *d);
+  if (!d || !(d->locks = s4k_locks_new ())) {
+    snprintf (err, errlen, "out of memory");
+    free (d);
+    store->ops->close (store);
+    return -ENOMEM;
+  }
+  d->g = c->geom;
+  d->max_request = c->max_request;
+  d->strict = c->strict;
+  d->store = store;
+  *out = d;
+  return 0;
+}
+
+int
+s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
+              char *err, size_t errlen)
+{
+  struct s4k_config cfg = *c;
+  struct s4k_store *store;
+
+  if (s4k_geometry_check (&cfg.geom, err, errlen) == -1)
+    return -EINVAL;
+  store = s4k_mem_store_new (&cfg.geom, err, errlen);
+  if (!store)
+    return -ENOMEM;
+  return s4k_dev_new (out, &cfg, store, err, errlen);
+}
+
+void
+s4k_dev_close (struct s4k_dev *d)
+{
+  if (!d)
+    return;
+  d->store->ops->close (d->store);
+  s4k_locks_free (d->locks);
+  free (d);
+}
+
+const struct s4k_geometry *
+s4k_dev_geometry (const struct s4k_dev *d)
+{
+  return &d->g;
+}
+
+uint32_t
+s4k_dev_max_request (const struct s4k_dev *d)
+{
+  return d->max_request;
+}
+
+bool
+s4k_dev_can_fast_zero (const struct s4k_dev *d)
+{
+  return d->store->ops->can_fast_zero (d->store);
+}
+
+void
+s4k_dev_set_debug (struct s4k_dev *d, unsigned mask, s4k_debug_fn *fn,
+                   void *opaque)
+{
+  d->debug_mask = fn ? mask : 0;
+  d->debug_fn = fn;
+  d->debug_opaque = opaque;
+}
+
+static void
+format_sector_size (char *buf, size_t len, uint32_t n)
+{
+  if (n >= 1024 && n % 1024 == 0)
+    snprintf (buf, len, "%" PRIu32 "k", n / 1024);
+  else
+    snprintf (buf, len, "%" PRIu32, n);
+}
+
+void
+s4k_dev_describe (const struct s4k_dev *d, char *buf, size_t len)
+{
+  char l[16];
+  format_sector_size (l, sizeof l, d->g.logical);
+  snprintf (buf, len, "%s%s: logical %" PRIu32 ", physical %" PRIu32
+            ", alignment offset %" PRIu32 " (lowest aligned LBA %" PRIu64 ")",
+            l, d->g.logical == d->g.physical ? "n" : "e",
+            d->g.logical, d->g.physical, d->g.alignment,
+            s4k_lowest_aligned (&d->g));
+}
+
+/* ---- request checks ---------------------------------------------------- */
+
+bool
+s4k_misaligned (const struct s4k_dev *d, uint64_t len, uint64_t off)
+{
+  return ((off | len) & (d->g.logical - 1)) != 0;
+}
+
+void
+s4k_explain_misaligned (const struct s4k_dev *d, const char *op,
+                        uint64_t len, uint64_t off, char *buf, size_t buflen)
+{
+  snprintf (buf, buflen, "%s at offset %" PRIu64 " length %" PRIu64
+            " refused: offset and length must be multiples of the logical "
+            "sector size %" PRIu32 " (strict=true)",
+            op, off, len, d->g.logical);
+}
+
+/* 0, or the errno a request outside the device or breaking the logical
+ * size rule gets. */
+static int
+check_request (const struct s4k_dev *d, uint64_t len, uint64_t off,
+               int range_errno)
+{
+  if (off > d->g.size || len > d->g.size - off)
+    return -range_errno;
+  if (d->strict && s4k_misaligned (d, len, off))
+    return -EINVAL;
+  return 0;
+}
+
+/* The physical sectors a request touches and whether its ends cut into
+ * them. */
+struct span {
+  uint64_t first, last;                 /* sector indexes */
+  uint64_t head_start, head_end;        /* sector `first` */
+  uint64_t tail_start, tail_end;        /* sector `last` */
+  bool head_cut, tail_cut;              /* the request covers part only */
+};
+
+static struct span
+span_of (const struct s4k_dev *d, uint64_t len, uint64_t off)
+{
+  struct span s;
+  uint64_t end = off + len;
+  s.first = s4k_sector_index (&d->g, off);
+  s.last = s4k_sector_index (&d->g, end - 1);
+  s4k_sector_range (&d->g, s.first, &s.head_start, &s.head_end);
+  s4k_sector_range (&d->g, s.last, &s.tail_start, &s.tail_end);
+  s.head_cut = off != s.head_start || (s.first == s.last && end != s.head_end);
+  s.tail_cut = s.first != s.last && end != s.tail_end;
+  return s;
+}
+
+static void
+debug_rmw (struct s4k_dev *d, const char *op, uint64_t len, uint64_t off,
+           uint64_t sector, uint64_t start, uint64_t end)
+{
+  char msg[256];
+  snprintf (msg, sizeof msg, "rmw: %s offset %" PRIu64 " length %" PRIu64
+            ": physical sector %" PRIu64 " [%" PRIu64 ", %" PRIu64 ")",
+            op, off, len, sector, start, end);
+  d->debug_fn (d->debug_opaque, msg);
+}
+
+/* ---- data path --------------------------------------------------------- */
+
+int
+s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+{
+  int r = check_request (d, len, off, EINVAL);
+  if (r || len == 0)
+    return r;
+
+  const struct span s = span_of (d, len, off);
+  const uint64_t end = off + len;
+  char *b = NULL;
+  struct s4k_io io[3];
+  unsigned n = 0;
+
+  if (s.head_cut || s.tail_cut) {
+    if (!(b = bounce (2 * (size_t) d->g.physical)))
+      return -ENOMEM;
+  }
+  /* Whole sectors go straight to the client's buffer; cut ones through
+   * the bounce buffer (the store reads whole sectors only). */
+  uint64_t mid_start = s.head_cut ? s.head_end : off;
+  uint64_t mid_end = s.tail_cut ? s.tail_start : end;
+  if (s.head_cut)
+    io[n++] = (struct s4k_io) { b, s.head_end - s.head_start, s.head_start };
+  if (mid_start < mid_end)
+    io[n++] = (struct s4k_io) { (char *) buf + (mid_start - off),
+                                mid_end - mid_start, mid_start };
+  if (s.tail_cut)
+    io[n++] = (struct s4k_io) { b + d->g.physical,
+                                s.tail_end - s.tail_start, s.tail_start };
+
+  s4k_lock (d->locks, s.first, s.last, true);
+  r = d->store->ops->read (d->store, io, n);
+  s4k_unlock (d->locks, s.first, s.last, true);
+  if (r)
+    return r;
+
+  if (s.head_cut) {
+    uint64_t e = end < s.head_end ? end : s.head_end;
+    memcpy (buf, b + (off - s.head_start), e - off);
+  }
+  if (s.tail_cut)
+    memcpy ((char *) buf + (s.tail_start - off), b + d->g.physical,
+            end - s.tail_start);
+  return 0;
+}
+
+/* Writes data (or zeroes, when data is NULL) to [off, off+len): cut
+ * sectors by read-modify-write, whole ones straight to the store (or
+ * zeroed by the store).  The caller has locked every sector. */
+static int
+write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
+              const struct span *s, unsigned flags, const char *op)
+{
+  const uint64_t end = off + len;
+  const bool fua = flags & S4K_FUA;
+  char *b = NULL;
+  struct s4k_io rd[2], wr[3];
+  unsigned nrd = 0, nwr = 0;
+  int r;
+
+  if (s->head_cut || s->tail_cut) {
+    if (!(b = bounce (2 * (size_t) d->g.physical)))
+      return -ENOMEM;
+  }
+  char *head = b, *tail = b + d->g.physical;
+  if (s->head_cut)
+    rd[nrd++] = (struct s4k_io) { head, s->head_end - s->head_start,
+                                  s->head_start };
+  if (s->tail_cut)
+    rd[nrd++] = (struct s4k_io) { tail, s->tail_end - s->tail_start,
+                                  s->tail_start };
+  if (nrd && (r = d->store->ops->read (d->store, rd, nrd)) != 0)
+    return r;
+
+  /* Merge the new bytes into the cut sectors. */
+  if (s->head_cut) {
+    uint64_t e = end < s->head_end ? end : s->head_end;
+    if (data)
+      memcpy (head + (off - s->head_start), data, e - off);
+    else
+      memset (head + (off - s->head_start), 0, e - off);
+    wr[nwr++] = rd[0];
+    if (d->debug_mask & S4K_DEBUG_RMW)
+      debug_rmw (d, op, len, off, s->first, s->head_start, s->head_end);
+  }
+  uint64_t mid_start = s->head_cut ? s->head_end : off;
+  uint64_t mid_end = s->tail_cut ? s->tail_start : end;
+  if (mid_start < mid_end && data)
+    wr[nwr++] = (struct s4k_io) { (char *) data + (mid_start - off),
+                                  mid_end - mid_start, mid_start };
+  if (s->tail_cut) {
+    if (data)
+      memcpy (tail, data + (s->tail_start - off), end - s->tail_start);
+    else
+      memset (tail, 0, end - s->tail_start);
+    wr[nwr++] = rd[nrd - 1];
+    if (d->debug_mask & S4K_DEBUG_RMW)
+      debug_rmw (d, op, len, off, s->last, s->tail_start, s->tail_end);
+  }
+
+  if (!data && mid_start < mid_end &&
+      (r = d->store->ops->zero (d->store, mid_end - mid_start, mid_start,
+                                flags & S4K_MAY_TRIM, fua)) != 0)
+    return r;
+  if (nwr)
+    return d->store->ops->write (d->store, wr, nwr, fua);
+  return 0;
+}
+
+int
+s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+           unsigned flags)
+{
+  int r = check_request (d, len, off, ENOSPC);
+  if (r || len == 0)
+    return r;
+  const struct span s = span_of (d, len, off);
+  s4k_lock (d->locks, s.first, s.last, false);
+  r = write_locked (d, buf, len, off, &s, flags, "write");
+  s4k_unlock (d->locks, s.first, s.last, false);
+  return r;
+}
+
+int
+s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+{
+  int r = check_request (d, len, off, ENOSPC);
+  if (r || len == 0)
+    return r;
+  if ((flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
+    return -ENOTSUP;
+  const struct span s = span_of (d, len, off);
+  s4k_lock (d->locks, s.first, s.last, false);
+  r = write_locked (d, NULL, len, off, &s, flags, "zero");
+  s4k_unlock (d->locks, s.first, s.last, false);
+  return r;
+}
+
+/* Trim frees whole physical sectors only: a cut sector at either end is
+ * left as it is (a drive cannot unmap part of a sector either). */
+int
+s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+{
+  int r = check_request (d, len, off, ENOSPC);
+  if (r || len == 0)
+    return r;
+  const struct span s = span_of (d, len, off);
+  if (s.first == s.last && s.head_cut)
+    return 0;
+  uint64_t start = s.head_cut ? s.head_end : off;
+  uint64_t end = s.tail_cut ? s.tail_start : off + len;
+  if (start >= end)
+    return 0;
+  uint64_t first = s.first + s.head_cut, last = s.last - s.tail_cut;
+  s4k_lock (d->locks, first, last, false);
+  r = d->store->ops->trim (d->store, end - start, start, flags & S4K_FUA);
+  s4k_unlock (d->locks, first, last, false);
+  return r;
+}
+
+int
+s4k_flush (struct s4k_dev *d)
+{
+  return d->store->ops->flush (d->store);
+}
+
+int
+s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off)
+{
+  /* Nothing to prefetch from memory; a file store reads ahead itself. */
+  return check_request (d, len, off, EINVAL);
+}
+
+/* Clips the store's runs to the request and merges neighbours of the
+ * same kind before passing them on. */
+struct extent_clip {
+  uint64_t start, end;
+  s4k_extent_fn *fn;
+  void *opaque;
+};
+
+static int
+clip_extent (void *opaque, uint64_t off, uint64_t len, bool zero)
+{
+  struct extent_clip *c = opaque;
+  uint64_t s = off > c->start ? off : c->start;
+  uint64_t e = off + len < c->end ? off + len : c->end;
+  if (s >= e)
+    return off >= c->end;       /* stop once past the end */
+  return c->fn (c->opaque, s, e - s, zero);
+}
+
+int
+s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
+             s4k_extent_fn *fn, void *opaque)
+{
+  int r = check_request (d, len, off, EINVAL);
+  if (r || len == 0)
+    return r;
+  /* The store works in whole sectors, whose boundaries are multiples of
+   * the logical size: runs come out at logical granularity. */
+  const struct span s = span_of (d, len, off);
+  struct extent_clip c = { off, off + len, fn, opaque };
+  return d->store->ops->extents (d->store, s.tail_end - s.head_start,
+                                 s.head_start, clip_extent, &c);
+}

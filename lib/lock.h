@@ -1,0 +1,25 @@
+/* Per-physical-sector range locks.
+ *
+ * Locking sectors [first, last] never blocks a request on other sectors:
+ * sectors are grouped (64 to a group) and each group hashes to a stripe
+ * whose mutex is held only while the stripe's list of held ranges is
+ * updated, never during I/O.  Ranges are taken group by group in
+ * ascending order, so requests cannot deadlock.  Shared holders (reads)
+ * may overlap each other; exclusive holders (writes, zeroes, trims, RMW)
+ * overlap nothing. */
+#ifndef S4K_LOCK_H
+#define S4K_LOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct s4k_locks;
+
+struct s4k_locks *s4k_locks_new (void);
+void s4k_locks_free (struct s4k_locks *l);
+void s4k_lock (struct s4k_locks *l, uint64_t first, uint64_t last,
+               bool shared);
+void s4k_unlock (struct s4k_locks *l, uint64_t first, uint64_t last,
+                 bool shared);
+
+#endif

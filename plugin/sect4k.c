@@ -1,0 +1,296 @@
+/* nbdkit-sect4k-plugin: glue between nbdkit and the sect4k engine.
+ * Config keys go to s4k_config_set, callbacks to the s4k_* data path. */
+#define NBDKIT_API_VERSION 2
+#define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
+#include <nbdkit-plugin.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sect4k/sect4k.h"
+
+/* -D sect4k.rmw=1 logs every read-modify-write. */
+NBDKIT_DLL_PUBLIC int sect4k_debug_rmw = 0;
+
+static struct s4k_config cfg;
+static struct s4k_dev *dev;
+
+struct handle {
+  bool refused_once;            /* strict refusals are logged once */
+};
+
+static void
+sect4k_load (void)
+{
+  s4k_config_init (&cfg);
+}
+
+static void
+sect4k_unload (void)
+{
+  s4k_dev_close (dev);
+}
+
+static int
+sect4k_config (const char *key, const char *value)
+{
+  char err[512];
+  if (s4k_config_set (&cfg, key, value, err, sizeof err) == -1) {
+    nbdkit_error ("%s", err);
+    return -1;
+  }
+  return 0;
+}
+
+static int
+sect4k_config_complete (void)
+{
+  char err[512];
+  if (s4k_config_finish (&cfg, err, sizeof err) == -1) {
+    nbdkit_error ("%s", err);
+    return -1;
+  }
+  return 0;
+}
+
+static void
+log_debug (void *opaque, const char *msg)
+{
+  (void) opaque;
+  nbdkit_debug ("%s", msg);
+}
+
+static int
+sect4k_get_ready (void)
+{
+  char err[512], desc[256];
+  if (s4k_dev_open (&dev, &cfg, err, sizeof err) < 0) {
+    nbdkit_error ("%s", err);
+    return -1;
+  }
+  if (sect4k_debug_rmw)
+    s4k_dev_set_debug (dev, S4K_DEBUG_RMW, log_debug, NULL);
+  s4k_dev_describe (dev, desc, sizeof desc);
+  nbdkit_debug ("sect4k: %s, size %" PRIu64, desc,
+                s4k_dev_geometry (dev)->size);
+  return 0;
+}
+
+static void
+sect4k_dump_plugin (void)
+{
+  printf ("sect4k_version=%s\n", S4K_VERSION);
+  printf ("sect4k_logical_min=%u\n", S4K_MIN_LOGICAL);
+  printf ("sect4k_logical_max=%u\n", S4K_MAX_LOGICAL);
+  printf ("sect4k_physical_max=%u\n", S4K_MAX_PHYSICAL);
+  printf ("sect4k_max_request_default=%u\n", S4K_DEFAULT_MAX_REQUEST);
+  printf ("sect4k_max_request_max=%u\n", S4K_MAX_MAX_REQUEST);
+  printf ("sect4k_models=512n,512e,512e-xp,4kn\n");
+  printf ("sect4k_stores=memory\n");
+}
+
+static void *
+sect4k_open (int readonly)
+{
+  (void) readonly;
+  struct handle *h = calloc (1, sizeof *h);
+  if (!h)
+    nbdkit_error ("calloc: out of memory");
+  return h;
+}
+
+static void
+sect4k_close (void *handle)
+{
+  free (handle);
+}
+
+static int64_t
+sect4k_get_size (void *handle)
+{
+  (void) handle;
+  return s4k_dev_geometry (dev)->size;
+}
+
+static int
+sect4k_block_size (void *handle, uint32_t *minimum, uint32_t *preferred,
+                   uint32_t *maximum)
+{
+  (void) handle;
+  const struct s4k_geometry *g = s4k_dev_geometry (dev);
+  *minimum = g->logical;
+  *preferred = g->physical;
+  *maximum = s4k_dev_max_request (dev);
+  return 0;
+}
+
+static const char *
+sect4k_export_description (void *handle)
+{
+  (void) handle;
+  static char desc[256];
+  if (!desc[0])
+    s4k_dev_describe (dev, desc, sizeof desc);
+  return desc;
+}
+
+static int sect4k_can_write (void *h) { (void) h; return 1; }
+static int sect4k_can_flush (void *h) { (void) h; return 1; }
+static int sect4k_can_trim (void *h) { (void) h; return 1; }
+static int sect4k_can_zero (void *h) { (void) h; return 1; }
+static int sect4k_can_extents (void *h) { (void) h; return 1; }
+static int sect4k_can_multi_conn (void *h) { (void) h; return 1; }
+static int sect4k_can_fua (void *h) { (void) h; return NBDKIT_FUA_NATIVE; }
+static int sect4k_can_cache (void *h) { (void) h; return NBDKIT_CACHE_NATIVE; }
+static int
+sect4k_can_fast_zero (void *h)
+{
+  (void) h;
+  return s4k_dev_can_fast_zero (dev);
+}
+
+/* Turns an engine result into nbdkit's convention. */
+static int
+result (struct handle *h, int r, const char *op, uint64_t len, uint64_t off)
+{
+  if (r == 0)
+    return 0;
+  if (r == -EINVAL && s4k_misaligned (dev, len, off)) {
+    char msg[256];
+    s4k_explain_misaligned (dev, op, len, off, msg, sizeof msg);
+    if (!h->refused_once) {
+      h->refused_once = true;
+      nbdkit_error ("%s; further refusals on this connection are logged "
+                    "as debug messages only", msg);
+    }
+    else
+      nbdkit_debug ("%s", msg);
+  }
+  else if (r != -ENOTSUP)
+    nbdkit_error ("%s at offset %" PRIu64 " length %" PRIu64 ": %s",
+                  op, off, len, strerror (-r));
+  nbdkit_set_error (-r);
+  return -1;
+}
+
+static int
+sect4k_pread (void *h, void *buf, uint32_t count, uint64_t offset,
+              uint32_t flags)
+{
+  (void) flags;
+  return result (h, s4k_read (dev, buf, count, offset), "read", count, offset);
+}
+
+static unsigned
+engine_flags (uint32_t flags)
+{
+  return (flags & NBDKIT_FLAG_FUA ? S4K_FUA : 0) |
+         (flags & NBDKIT_FLAG_MAY_TRIM ? S4K_MAY_TRIM : 0) |
+         (flags & NBDKIT_FLAG_FAST_ZERO ? S4K_FAST_ZERO : 0);
+}
+
+static int
+sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
+               uint32_t flags)
+{
+  return result (h, s4k_write (dev, buf, count, offset, engine_flags (flags)),
+                 "write", count, offset);
+}
+
+static int
+sect4k_zero (void *h, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return result (h, s4k_zero (dev, count, offset, engine_flags (flags)),
+                 "zero", count, offset);
+}
+
+static int
+sect4k_trim (void *h, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  return result (h, s4k_trim (dev, count, offset, engine_flags (flags)),
+                 "trim", count, offset);
+}
+
+static int
+sect4k_flush (void *h, uint32_t flags)
+{
+  (void) flags;
+  return result (h, s4k_flush (dev), "flush", 0, 0);
+}
+
+static int
+sect4k_cache (void *h, uint32_t count, uint64_t offset, uint32_t flags)
+{
+  (void) flags;
+  return result (h, s4k_cache (dev, count, offset), "cache", count, offset);
+}
+
+struct extents_ctx {
+  struct nbdkit_extents *extents;
+  bool req_one;
+};
+
+static int
+add_extent (void *opaque, uint64_t off, uint64_t len, bool zero)
+{
+  struct extents_ctx *c = opaque;
+  if (nbdkit_add_extent (c->extents, off, len,
+                         zero ? NBDKIT_EXTENT_HOLE | NBDKIT_EXTENT_ZERO : 0)
+      == -1)
+    return -errno ? -errno : -EIO;
+  return c->req_one;            /* one extent is all the client wants */
+}
+
+static int
+sect4k_extents (void *h, uint32_t count, uint64_t offset, uint32_t flags,
+                struct nbdkit_extents *extents)
+{
+  struct extents_ctx c = { extents, flags & NBDKIT_FLAG_REQ_ONE };
+  return result (h, s4k_extents (dev, count, offset, add_extent, &c),
+                 "extents", count, offset);
+}
+
+static struct nbdkit_plugin plugin = {
+  .name = "sect4k",
+  .longname = "sect4k: block devices with any sector geometry",
+  .version = S4K_VERSION,
+  .description = "Serves a device with chosen logical and physical sector "
+                 "sizes and alignment offset, doing read-modify-write of "
+                 "physical sectors like a 512e drive.",
+  .load = sect4k_load,
+  .unload = sect4k_unload,
+  .config = sect4k_config,
+  .config_complete = sect4k_config_complete,
+  .config_help = s4k_config_help,
+  .magic_config_key = "size",
+  .get_ready = sect4k_get_ready,
+  .dump_plugin = sect4k_dump_plugin,
+  .open = sect4k_open,
+  .close = sect4k_close,
+  .get_size = sect4k_get_size,
+  .block_size = sect4k_block_size,
+  .export_description = sect4k_export_description,
+  .can_write = sect4k_can_write,
+  .can_flush = sect4k_can_flush,
+  .can_trim = sect4k_can_trim,
+  .can_zero = sect4k_can_zero,
+  .can_fast_zero = sect4k_can_fast_zero,
+  .can_extents = sect4k_can_extents,
+  .can_multi_conn = sect4k_can_multi_conn,
+  .can_fua = sect4k_can_fua,
+  .can_cache = sect4k_can_cache,
+  .pread = sect4k_pread,
+  .pwrite = sect4k_pwrite,
+  .zero = sect4k_zero,
+  .trim = sect4k_trim,
+  .flush = sect4k_flush,
+  .cache = sect4k_cache,
+  .extents = sect4k_extents,
+  .errno_is_preserved = 0,
+};
+
+NBDKIT_REGISTER_PLUGIN (plugin)
