@@ -30,6 +30,9 @@ sanitizer_env () {
   esac
 }
 
+# nbdkit with the sanitizer runtime the plugin build needs.
+nbdkit_san () { env $(sanitizer_env) nbdkit "$@"; }
+
 tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/sect4k-test.XXXXXX")
 nbdkit_pids=
 cleanup () {

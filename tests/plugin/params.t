@@ -7,7 +7,7 @@ need nbdkit
 # bad EXPECTED-SUBSTRING KEY=VALUE...
 bad () {
   want=$1; shift
-  out=$(env $(sanitizer_env) nbdkit --exit-with-parent -U - "$SECT4K_PLUGIN" "$@" --run true 2>&1)
+  out=$(nbdkit_san --exit-with-parent -U - "$SECT4K_PLUGIN" "$@" --run true 2>&1)
   st=$?
   lines=$(printf '%s\n' "$out" | grep -c 'error')
   printf '%s' "$out" | grep -qF -- "$want"
@@ -36,7 +36,7 @@ bad "strict=maybe" size=1G strict=maybe
 bad "max-request=1000" size=1G max-request=1000
 bad "size: required" logical=512
 
-help=$(nbdkit "$SECT4K_PLUGIN" --help 2>&1)
+help=$(nbdkit_san "$SECT4K_PLUGIN" --help 2>&1)
 for key in size= logical= physical= alignment-offset= lowest-aligned= model= \
            max-request= strict= file= direct= io=; do
   printf '%s' "$help" | grep -q -- "^$key"
@@ -45,7 +45,7 @@ done
 printf '%s' "$help" | grep -q "default 512"
 ok $? "--help gives defaults"
 
-dump=$(nbdkit "$SECT4K_PLUGIN" --dump-plugin 2>&1)
+dump=$(nbdkit_san "$SECT4K_PLUGIN" --dump-plugin 2>&1)
 printf '%s' "$dump" | grep -q '^sect4k_version=[0-9]' &&
   printf '%s' "$dump" | grep -q '^thread_model=parallel' &&
   printf '%s' "$dump" | grep -q '^sect4k_physical_max=33554432'
@@ -53,7 +53,7 @@ ok $? "--dump-plugin shows version, thread model and limits"
 
 # The magic key: 'nbdkit sect4k.so 1G' means size=1G.
 need nbdinfo
-out=$(env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" 1G model=4kn --run 'nbdinfo --size "$uri"' 2>&1)
+out=$(nbdkit_san -U - "$SECT4K_PLUGIN" 1G model=4kn --run 'nbdinfo --size "$uri"' 2>&1)
 [ "$out" = 1073741824 ]
 ok $? "magic key: size given bare ($out)"
 
@@ -64,7 +64,7 @@ if [ -z "${SECT4K_SAN:-}" ]; then
   dir=$(pkg-config --variable=plugindir nbdkit)
   [ -x "$dest$dir/nbdkit-sect4k-plugin.so" ] &&
     [ -f "$dest/usr/share/man/man1/nbdkit-sect4k-plugin.1" ] &&
-    nbdkit "$dest$dir/nbdkit-sect4k-plugin.so" --version >/dev/null 2>&1
+    nbdkit_san "$dest$dir/nbdkit-sect4k-plugin.so" --version >/dev/null 2>&1
   ok $? "make install DESTDIR=... installs plugin and man page"
 fi
 done_testing

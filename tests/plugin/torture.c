@@ -173,7 +173,11 @@ main (int argc, char **argv)
     ops += run.logs[i].n;
     nbd_shutdown (w[i].h, 0);
     nbd_close (w[i].h);
+    free (run.logs[i].ops);
   }
+  free (run.logs);
+  free (w);
+  free (t);
   ok (run.errors == 0, "%u connections, %u in flight each, %" PRIu64
       " requests: none failed", run.nwriters, run.depth, ops);
   ok (run.bad == 0, "L=%u P=%u A=%" PRIu64 ": %" PRIu64 " sub-physical "
