@@ -80,12 +80,18 @@ s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
               char *err, size_t errlen)
 {
   struct s4k_config cfg = *c;
-  struct s4k_store *store;
+  struct s4k_store *store = NULL;
 
-  if (s4k_geometry_check (&cfg.geom, err, errlen) == -1)
+  /* The file store may take the size from the file. */
+  if (cfg.file && !(store = s4k_file_store_new (&cfg, &cfg.geom.size,
+                                                err, errlen)))
     return -EINVAL;
-  store = s4k_mem_store_new (&cfg.geom, err, errlen);
-  if (!store)
+  if (s4k_geometry_check (&cfg.geom, err, errlen) == -1) {
+    if (store)
+      store->ops->close (store);
+    return -EINVAL;
+  }
+  if (!store && !(store = s4k_mem_store_new (&cfg.geom, err, errlen)))
     return -ENOMEM;
   return s4k_dev_new (out, &cfg, store, err, errlen);
 }
