@@ -238,14 +238,25 @@ debug_rmw (struct s4k_dev *d, const char *op, uint64_t len, uint64_t off,
 
 /* ---- data path --------------------------------------------------------- */
 
+/* Records how a request sits on the sectors, for the statistics. */
+static void
+place (struct tally *t, const struct span *s)
+{
+  t->placed = true;
+  t->cut = s->head_cut || s->tail_cut;
+  t->sectors = s->last - s->first + 1;
+}
+
 static int
-read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off,
+         struct tally *t)
 {
   int r = check_request (d, len, off, EINVAL);
   if (r || len == 0)
     return r;
 
   const struct span s = span_of (d, len, off);
+  place (t, &s);
   const uint64_t end = off + len;
   char *b = NULL;
   struct s4k_io io[3];
@@ -381,6 +392,7 @@ write_op (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
   if (r || len == 0)
     return r;
   const struct span s = span_of (d, len, off);
+  place (t, &s);
   s4k_lock (d->locks, s.first, s.last, false);
   r = write_locked (d, buf, len, off, &s, flags, "write", t);
   s4k_unlock (d->locks, s.first, s.last, false);
@@ -397,6 +409,7 @@ zero_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
   if ((flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
     return -ENOTSUP;
   const struct span s = span_of (d, len, off);
+  place (t, &s);
   s4k_lock (d->locks, s.first, s.last, false);
   r = write_locked (d, NULL, len, off, &s, flags, "zero", t);
   s4k_unlock (d->locks, s.first, s.last, false);
@@ -406,12 +419,14 @@ zero_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
 /* Trim frees whole physical sectors only: a cut sector at either end is
  * left as it is (a drive cannot unmap part of a sector either). */
 static int
-trim_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+trim_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
+         struct tally *t)
 {
   int r = check_request (d, len, off, ENOSPC);
   if (r || len == 0)
     return r;
   const struct span s = span_of (d, len, off);
+  place (t, &s);
   if (s.mid_start == s.mid_end)
     return 0;
   uint64_t first = s.first + s.head_cut, last = s.last - s.tail_cut;
@@ -436,7 +451,9 @@ counted (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
 int
 s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
 {
-  return counted (d, S4K_OP_READ, len, off, read_op (d, buf, len, off), NULL);
+  struct tally t = { 0 };
+  int r = read_op (d, buf, len, off, &t);
+  return counted (d, S4K_OP_READ, len, off, r, &t);
 }
 
 int
@@ -459,23 +476,25 @@ s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
 int
 s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
 {
-  return counted (d, S4K_OP_TRIM, len, off, trim_op (d, len, off, flags),
-                  NULL);
+  struct tally t = { 0 };
+  int r = trim_op (d, len, off, flags, &t);
+  return counted (d, S4K_OP_TRIM, len, off, r, &t);
 }
 
 int
 s4k_flush (struct s4k_dev *d)
 {
-  return counted (d, S4K_OP_FLUSH, 0, 0, d->store->ops->flush (d->store),
-                  NULL);
+  struct tally t = { 0 };
+  return counted (d, S4K_OP_FLUSH, 0, 0, d->store->ops->flush (d->store), &t);
 }
 
 int
 s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off)
 {
   /* Nothing to prefetch from memory; a file store reads ahead itself. */
+  struct tally t = { 0 };
   return counted (d, S4K_OP_CACHE, len, off,
-                  check_request (d, len, off, EINVAL), NULL);
+                  check_request (d, len, off, EINVAL), &t);
 }
 
 /* Clips the store's runs to the request and merges neighbours of the
@@ -516,6 +535,7 @@ int
 s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
              s4k_extent_fn *fn, void *opaque)
 {
+  struct tally t = { 0 };
   return counted (d, S4K_OP_EXTENTS, len, off,
-                  extents_op (d, len, off, fn, opaque), NULL);
+                  extents_op (d, len, off, fn, opaque), &t);
 }

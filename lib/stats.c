@@ -80,7 +80,20 @@ stats_count (struct stats_state *st, const struct s4k_geometry *g,
   if (op == S4K_OP_FLUSH)
     return;
   add (&c->bytes, len);
-  if (s4k_is_boundary (g, off) && s4k_is_boundary (g, off + len))
+  bool cut;
+  uint64_t sectors = 0;
+  if (t->placed) {
+    cut = t->cut;
+    sectors = t->sectors;
+  }
+  else {
+    cut = !s4k_is_boundary (g, off) || !s4k_is_boundary (g, off + len);
+    if (len && off < g->size) {
+      uint64_t end = off + len <= g->size ? off + len : g->size;
+      sectors = s4k_sector_index (g, end - 1) - s4k_sector_index (g, off) + 1;
+    }
+  }
+  if (!cut)
     add (&c->aligned_physical, 1);
   else if (((off | len) & (g->logical - 1)) == 0)
     add (&c->aligned_logical, 1);
@@ -90,20 +103,13 @@ stats_count (struct stats_state *st, const struct s4k_geometry *g,
     add (&c->refused, 1);
   add (&c->size_hist[size_bucket (len)], 1);
   add (&c->offset_hist[((off + st->shift) & (st->physical - 1))
-                       / st->offset_bucket], 1);
-  if (len && off < g->size) {
-    uint64_t end = off + len <= g->size ? off + len : g->size;
-    uint64_t touched = s4k_sector_index (g, end - 1)
-                       - s4k_sector_index (g, off) + 1;
-    add (&c->sectors_touched, touched);
-    if (touched > (len + st->physical - 1) / st->physical)
-      add (&c->extra_sectors, 1);
-  }
-  if (t) {
-    add (&c->rmw_sectors, t->rmw_sectors);
-    add (&c->rmw_read_bytes, t->rmw_read_bytes);
-    add (&c->store_write_bytes, t->store_write_bytes);
-  }
+                       >> st->offset_bucket_bits], 1);
+  add (&c->sectors_touched, sectors);
+  if (sectors > (len + st->physical - 1) >> __builtin_ctz (st->physical))
+    add (&c->extra_sectors, 1);
+  add (&c->rmw_sectors, t->rmw_sectors);
+  add (&c->rmw_read_bytes, t->rmw_read_bytes);
+  add (&c->store_write_bytes, t->store_write_bytes);
 }
 
 void
@@ -165,6 +171,7 @@ stats_init (struct stats_state *st, const struct s4k_geometry *g,
   st->shift = (g->physical - g->alignment) % g->physical;
   st->offset_bucket = g->physical / S4K_OFFSET_BUCKETS > g->logical
                       ? g->physical / S4K_OFFSET_BUCKETS : g->logical;
+  st->offset_bucket_bits = __builtin_ctz (st->offset_bucket);
   st->path = c->statsfile;
   st->interval = c->stats_interval;
   st->summary = c->stats_summary;

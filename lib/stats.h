@@ -15,7 +15,7 @@ struct stats_state {
   uint64_t id;                          /* tells thread-local blocks apart */
   _Atomic (struct stats_block *) blocks;
   struct timespec start;
-  uint32_t physical, shift, offset_bucket;
+  uint32_t physical, shift, offset_bucket, offset_bucket_bits;
   /* Periodic saving. */
   const char *path;
   uint32_t interval;
@@ -26,8 +26,13 @@ struct stats_state {
   pthread_cond_t cv;
 };
 
-/* What one request did, for counting. */
+/* What one request did, for counting.  The data path fills in how the
+ * request sits on the sectors (it has worked that out anyway); a request
+ * refused before that leaves `placed` false and stats work it out. */
 struct tally {
+  bool placed;
+  bool cut;                     /* cuts a physical sector */
+  uint64_t sectors;             /* physical sectors touched */
   uint64_t rmw_sectors, rmw_read_bytes, store_write_bytes;
 };
 
