@@ -166,6 +166,15 @@ suite_nbd () {
   refused "nbd l8192: sect4k-attach refuses a minimum of 8192" $? "$out" "more than this kernel"
   is "nbd l8192: nbd0 stays unattached" "$(cat /sys/block/nbd0/size)" 0
   stop_server
+  # Why sect4k-attach exists: plain nbd-client never asks for the block size.
+  start_server plain $PLUGIN size=$SIZE model=4kn
+  nbd-client -unix /tmp/plain.sock /dev/nbd0 >/dev/null 2>&1
+  is "plain nbd-client on 4kn: the kernel gets logical_block_size 512, not 4096" \
+    "$(cat /sys/block/nbd0/queue/logical_block_size)" 512
+  check "plain nbd-client on 4kn: reading the first 512 bytes fails" \
+    sh -c '! /opt/bin/dd if=/dev/nbd0 of=/dev/null bs=512 count=1 iflag=direct status=none 2>/dev/null'
+  nbd-client -d /dev/nbd0 >/dev/null 2>&1
+  stop_server
   # nbdkit's memory plugin advertises no block sizes.
   start_server nosize memory 1M
   out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/nosize.sock' 2>&1)
