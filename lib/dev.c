@@ -186,6 +186,7 @@ struct span {
   uint64_t head_start, head_end;        /* sector `first` */
   uint64_t tail_start, tail_end;        /* sector `last` */
   bool head_cut, tail_cut;              /* the request covers part only */
+  uint64_t mid_start, mid_end;          /* the whole sectors between */
 };
 
 static struct span
@@ -199,6 +200,10 @@ span_of (const struct s4k_dev *d, uint64_t len, uint64_t off)
   s4k_sector_range (&d->g, s.last, &s.tail_start, &s.tail_end);
   s.head_cut = off != s.head_start || (s.first == s.last && end != s.head_end);
   s.tail_cut = s.first != s.last && end != s.tail_end;
+  s.mid_start = s.head_cut ? s.head_end : off;
+  s.mid_end = s.tail_cut ? s.tail_start : end;
+  if (s.mid_end < s.mid_start)          /* one cut sector, nothing whole */
+    s.mid_end = s.mid_start;
   return s;
 }
 
@@ -234,13 +239,11 @@ s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
   }
   /* Whole sectors go straight to the client's buffer; cut ones through
    * the bounce buffer (the store reads whole sectors only). */
-  uint64_t mid_start = s.head_cut ? s.head_end : off;
-  uint64_t mid_end = s.tail_cut ? s.tail_start : end;
   if (s.head_cut)
     io[n++] = (struct s4k_io) { b, s.head_end - s.head_start, s.head_start };
-  if (mid_start < mid_end)
-    io[n++] = (struct s4k_io) { (char *) buf + (mid_start - off),
-                                mid_end - mid_start, mid_start };
+  if (s.mid_start < s.mid_end)
+    io[n++] = (struct s4k_io) { (char *) buf + (s.mid_start - off),
+                                s.mid_end - s.mid_start, s.mid_start };
   if (s.tail_cut)
     io[n++] = (struct s4k_io) { b + d->g.physical,
                                 s.tail_end - s.tail_start, s.tail_start };
@@ -261,64 +264,86 @@ s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
   return 0;
 }
 
+static bool
+all_zero (const char *p, size_t len)
+{
+  for (size_t i = 0; i < len; i++)
+    if (p[i])
+      return false;
+  return true;
+}
+
 /* Writes data (or zeroes, when data is NULL) to [off, off+len): cut
  * sectors by read-modify-write, whole ones straight to the store (or
- * zeroed by the store).  The caller has locked every sector. */
+ * zeroed by the store).  A cut sector that a zero request leaves all
+ * zero is zeroed by the store too, so zeroing keeps the store sparse.
+ * The caller has locked every sector. */
 static int
 write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
               const struct span *s, unsigned flags, const char *op)
 {
   const uint64_t end = off + len;
   const bool fua = flags & S4K_FUA;
-  char *b = NULL;
+  char *head = NULL, *tail = NULL;
   struct s4k_io rd[2], wr[3];
   unsigned nrd = 0, nwr = 0;
   int r;
 
   if (s->head_cut || s->tail_cut) {
-    if (!(b = bounce (2 * (size_t) d->g.physical)))
+    if (!(head = bounce (2 * (size_t) d->g.physical)))
       return -ENOMEM;
+    tail = head + d->g.physical;
   }
-  char *head = b, *tail = b + d->g.physical;
-  if (s->head_cut)
-    rd[nrd++] = (struct s4k_io) { head, s->head_end - s->head_start,
+  const struct s4k_io head_io = { head, s->head_end - s->head_start,
                                   s->head_start };
-  if (s->tail_cut)
-    rd[nrd++] = (struct s4k_io) { tail, s->tail_end - s->tail_start,
+  const struct s4k_io tail_io = { tail, s->tail_end - s->tail_start,
                                   s->tail_start };
+  if (s->head_cut)
+    rd[nrd++] = head_io;
+  if (s->tail_cut)
+    rd[nrd++] = tail_io;
   if (nrd && (r = d->store->ops->read (d->store, rd, nrd)) != 0)
     return r;
 
   /* Merge the new bytes into the cut sectors. */
+  bool head_zero = false, tail_zero = false;
   if (s->head_cut) {
     uint64_t e = end < s->head_end ? end : s->head_end;
     if (data)
       memcpy (head + (off - s->head_start), data, e - off);
-    else
+    else {
       memset (head + (off - s->head_start), 0, e - off);
-    wr[nwr++] = rd[0];
+      head_zero = all_zero (head, head_io.len);
+    }
     if (d->debug_mask & S4K_DEBUG_RMW)
       debug_rmw (d, op, len, off, s->first, s->head_start, s->head_end);
   }
-  uint64_t mid_start = s->head_cut ? s->head_end : off;
-  uint64_t mid_end = s->tail_cut ? s->tail_start : end;
-  if (mid_start < mid_end && data)
-    wr[nwr++] = (struct s4k_io) { (char *) data + (mid_start - off),
-                                  mid_end - mid_start, mid_start };
   if (s->tail_cut) {
     if (data)
       memcpy (tail, data + (s->tail_start - off), end - s->tail_start);
-    else
+    else {
       memset (tail, 0, end - s->tail_start);
-    wr[nwr++] = rd[nrd - 1];
+      tail_zero = all_zero (tail, tail_io.len);
+    }
     if (d->debug_mask & S4K_DEBUG_RMW)
       debug_rmw (d, op, len, off, s->last, s->tail_start, s->tail_end);
   }
 
-  if (!data && mid_start < mid_end &&
-      (r = d->store->ops->zero (d->store, mid_end - mid_start, mid_start,
-                                flags & S4K_MAY_TRIM, fua)) != 0)
-    return r;
+  if (s->head_cut && !head_zero)
+    wr[nwr++] = head_io;
+  if (data && s->mid_start < s->mid_end)
+    wr[nwr++] = (struct s4k_io) { (char *) data + (s->mid_start - off),
+                                  s->mid_end - s->mid_start, s->mid_start };
+  if (s->tail_cut && !tail_zero)
+    wr[nwr++] = tail_io;
+  if (!data) {
+    uint64_t zs = head_zero ? s->head_start : s->mid_start;
+    uint64_t ze = tail_zero ? s->tail_end : s->mid_end;
+    if (zs < ze &&
+        (r = d->store->ops->zero (d->store, ze - zs, zs,
+                                  flags & S4K_MAY_TRIM, fua)) != 0)
+      return r;
+  }
   if (nwr)
     return d->store->ops->write (d->store, wr, nwr, fua);
   return 0;
@@ -362,15 +387,12 @@ s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
   if (r || len == 0)
     return r;
   const struct span s = span_of (d, len, off);
-  if (s.first == s.last && s.head_cut)
-    return 0;
-  uint64_t start = s.head_cut ? s.head_end : off;
-  uint64_t end = s.tail_cut ? s.tail_start : off + len;
-  if (start >= end)
+  if (s.mid_start == s.mid_end)
     return 0;
   uint64_t first = s.first + s.head_cut, last = s.last - s.tail_cut;
   s4k_lock (d->locks, first, last, false);
-  r = d->store->ops->trim (d->store, end - start, start, flags & S4K_FUA);
+  r = d->store->ops->trim (d->store, s.mid_end - s.mid_start, s.mid_start,
+                           flags & S4K_FUA);
   s4k_unlock (d->locks, first, last, false);
   return r;
 }
