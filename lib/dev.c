@@ -9,6 +9,7 @@
 
 #include "sect4k/sect4k.h"
 #include "lock.h"
+#include "stats.h"
 
 struct s4k_dev {
   struct s4k_geometry g;
@@ -19,6 +20,7 @@ struct s4k_dev {
   unsigned debug_mask;
   s4k_debug_fn *debug_fn;
   void *debug_opaque;
+  struct stats_state stats;
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -71,6 +73,8 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->max_request = c->max_request;
   d->strict = c->strict;
   d->store = store;
+  stats_init (&d->stats, &d->g, c);
+  stats_start (d);
   *out = d;
   return 0;
 }
@@ -95,9 +99,23 @@ s4k_dev_close (struct s4k_dev *d)
 {
   if (!d)
     return;
+  stats_stop (d);
   d->store->ops->close (d->store);
   s4k_locks_free (d->locks);
+  stats_free (&d->stats);
   free (d);
+}
+
+struct stats_state *
+s4k_dev_stats_state (struct s4k_dev *d)
+{
+  return &d->stats;
+}
+
+void
+s4k_dev_stats (const struct s4k_dev *d, struct s4k_stats *out)
+{
+  stats_sum ((struct stats_state *) &d->stats, out);
 }
 
 const struct s4k_geometry *
@@ -220,8 +238,8 @@ debug_rmw (struct s4k_dev *d, const char *op, uint64_t len, uint64_t off,
 
 /* ---- data path --------------------------------------------------------- */
 
-int
-s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+static int
+read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
 {
   int r = check_request (d, len, off, EINVAL);
   if (r || len == 0)
@@ -280,7 +298,8 @@ all_zero (const char *p, size_t len)
  * The caller has locked every sector. */
 static int
 write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
-              const struct span *s, unsigned flags, const char *op)
+              const struct span *s, unsigned flags, const char *op,
+              struct tally *t)
 {
   const uint64_t end = off + len;
   const bool fua = flags & S4K_FUA;
@@ -304,6 +323,9 @@ write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
     rd[nrd++] = tail_io;
   if (nrd && (r = d->store->ops->read (d->store, rd, nrd)) != 0)
     return r;
+  t->rmw_sectors = nrd;
+  for (unsigned i = 0; i < nrd; i++)
+    t->rmw_read_bytes += rd[i].len;
 
   /* Merge the new bytes into the cut sectors. */
   bool head_zero = false, tail_zero = false;
@@ -344,27 +366,30 @@ write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
                                   flags & S4K_MAY_TRIM, fua)) != 0)
       return r;
   }
+  for (unsigned i = 0; i < nwr; i++)
+    t->store_write_bytes += wr[i].len;
   if (nwr)
     return d->store->ops->write (d->store, wr, nwr, fua);
   return 0;
 }
 
-int
-s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
-           unsigned flags)
+static int
+write_op (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+          unsigned flags, struct tally *t)
 {
   int r = check_request (d, len, off, ENOSPC);
   if (r || len == 0)
     return r;
   const struct span s = span_of (d, len, off);
   s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, buf, len, off, &s, flags, "write");
+  r = write_locked (d, buf, len, off, &s, flags, "write", t);
   s4k_unlock (d->locks, s.first, s.last, false);
   return r;
 }
 
-int
-s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+static int
+zero_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
+         struct tally *t)
 {
   int r = check_request (d, len, off, ENOSPC);
   if (r || len == 0)
@@ -373,15 +398,15 @@ s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
     return -ENOTSUP;
   const struct span s = span_of (d, len, off);
   s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, NULL, len, off, &s, flags, "zero");
+  r = write_locked (d, NULL, len, off, &s, flags, "zero", t);
   s4k_unlock (d->locks, s.first, s.last, false);
   return r;
 }
 
 /* Trim frees whole physical sectors only: a cut sector at either end is
  * left as it is (a drive cannot unmap part of a sector either). */
-int
-s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+static int
+trim_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
 {
   int r = check_request (d, len, off, ENOSPC);
   if (r || len == 0)
@@ -397,17 +422,60 @@ s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
   return r;
 }
 
+/* ---- the public data path: each request is counted ------------------- */
+
+static int
+counted (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
+         int r, const struct tally *t)
+{
+  stats_count (&d->stats, &d->g, op, len, off, r,
+               r == -EINVAL && d->strict && s4k_misaligned (d, len, off), t);
+  return r;
+}
+
+int
+s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+{
+  return counted (d, S4K_OP_READ, len, off, read_op (d, buf, len, off), NULL);
+}
+
+int
+s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+           unsigned flags)
+{
+  struct tally t = { 0 };
+  int r = write_op (d, buf, len, off, flags, &t);
+  return counted (d, S4K_OP_WRITE, len, off, r, &t);
+}
+
+int
+s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+{
+  struct tally t = { 0 };
+  int r = zero_op (d, len, off, flags, &t);
+  return counted (d, S4K_OP_ZERO, len, off, r, &t);
+}
+
+int
+s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+{
+  return counted (d, S4K_OP_TRIM, len, off, trim_op (d, len, off, flags),
+                  NULL);
+}
+
 int
 s4k_flush (struct s4k_dev *d)
 {
-  return d->store->ops->flush (d->store);
+  return counted (d, S4K_OP_FLUSH, 0, 0, d->store->ops->flush (d->store),
+                  NULL);
 }
 
 int
 s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off)
 {
   /* Nothing to prefetch from memory; a file store reads ahead itself. */
-  return check_request (d, len, off, EINVAL);
+  return counted (d, S4K_OP_CACHE, len, off,
+                  check_request (d, len, off, EINVAL), NULL);
 }
 
 /* Clips the store's runs to the request and merges neighbours of the
@@ -429,9 +497,9 @@ clip_extent (void *opaque, uint64_t off, uint64_t len, bool zero)
   return c->fn (c->opaque, s, e - s, zero);
 }
 
-int
-s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
-             s4k_extent_fn *fn, void *opaque)
+static int
+extents_op (struct s4k_dev *d, uint64_t len, uint64_t off,
+            s4k_extent_fn *fn, void *opaque)
 {
   int r = check_request (d, len, off, EINVAL);
   if (r || len == 0)
@@ -442,4 +510,12 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
   struct extent_clip c = { off, off + len, fn, opaque };
   return d->store->ops->extents (d->store, s.tail_end - s.head_start,
                                  s.head_start, clip_extent, &c);
+}
+
+int
+s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
+             s4k_extent_fn *fn, void *opaque)
+{
+  return counted (d, S4K_OP_EXTENTS, len, off,
+                  extents_op (d, len, off, fn, opaque), NULL);
 }
