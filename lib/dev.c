@@ -384,34 +384,20 @@ write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
   return 0;
 }
 
+/* A write (data) or zero (data NULL): lock, then write_locked. */
 static int
-write_op (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
-          unsigned flags, struct tally *t)
+modify_op (struct s4k_dev *d, const void *data, uint64_t len, uint64_t off,
+           unsigned flags, struct tally *t)
 {
   int r = check_request (d, len, off, ENOSPC);
   if (r || len == 0)
     return r;
-  const struct span s = span_of (d, len, off);
-  place (t, &s);
-  s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, buf, len, off, &s, flags, "write", t);
-  s4k_unlock (d->locks, s.first, s.last, false);
-  return r;
-}
-
-static int
-zero_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
-         struct tally *t)
-{
-  int r = check_request (d, len, off, ENOSPC);
-  if (r || len == 0)
-    return r;
-  if ((flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
+  if (!data && (flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
     return -ENOTSUP;
   const struct span s = span_of (d, len, off);
   place (t, &s);
   s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, NULL, len, off, &s, flags, "zero", t);
+  r = write_locked (d, data, len, off, &s, flags, data ? "write" : "zero", t);
   s4k_unlock (d->locks, s.first, s.last, false);
   return r;
 }
@@ -461,7 +447,7 @@ s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
            unsigned flags)
 {
   struct tally t = { 0 };
-  int r = write_op (d, buf, len, off, flags, &t);
+  int r = modify_op (d, buf, len, off, flags, &t);
   return counted (d, S4K_OP_WRITE, len, off, r, &t);
 }
 
@@ -469,7 +455,7 @@ int
 s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
 {
   struct tally t = { 0 };
-  int r = zero_op (d, len, off, flags, &t);
+  int r = modify_op (d, NULL, len, off, flags, &t);
   return counted (d, S4K_OP_ZERO, len, off, r, &t);
 }
 
