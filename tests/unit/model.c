@@ -307,13 +307,22 @@ main (void)
   s4k_config_init (&c);
   c.geom = G;
   c.max_request = S4K_DEFAULT_MAX_REQUEST;
-  if (s4k_dev_open (&d, &c, err, sizeof err) < 0)
+  struct s4k_store *mem = s4k_mem_store_new (&G, err, sizeof err);
+  if (!mem || s4k_dev_new (&d, &c, mem, err, sizeof err) < 0)
     bail ("%s", err);
   ok (s4k_write (d, b, 4096, (1 << 20) - 512, 0) == -ENOSPC,
       "a write past the end gets ENOSPC");
   ok (s4k_read (d, b, 512, 1 << 20) == -EINVAL,
       "a read past the end gets EINVAL");
   ok (s4k_zero (d, 512, 0, S4K_FAST_ZERO) == 0, "fast zero on memory");
+  memset (b, 1, 512);
+  ok (s4k_write (d, b, 512, 8192 + 1024, 0) == 0, "a 512-byte write");
+  is_u64 (s4k_mem_store_bytes (mem), 4096, "it holds one 4 KiB chunk");
+  ok (s4k_zero (d, 1024, 8192 + 512, 0) == 0 &&
+      s4k_read (d, b, 512, 8192 + 1024) == 0 && b[0] == 0 && b[511] == 0,
+      "a sub-sector zero over it reads back zero");
+  is_u64 (s4k_mem_store_bytes (mem), 0,
+          "a zero that leaves a cut sector all zero frees it");
   char desc[256];
   s4k_dev_describe (d, desc, sizeof desc);
   ok (strcmp (desc, "512e: logical 512, physical 4096, alignment offset 0 "
