@@ -18,11 +18,30 @@ cleanup_file () {
 }
 trap 'cleanup_file; cleanup' EXIT
 
+# Under ASan, nbdkit deadlocks in exit() once strerror() has run (a
+# glibc/libasan/libp11-kit freelocale lock; nbdkit's own file plugin does
+# the same): there a bounded wait, and exit 124 after the message counts
+# as exit 1.
+asan_exit () {
+  [ "$1" = 124 ] && [ "${SECT4K_SAN:-}" = asan ] && echo 1 || echo "$1"
+}
+stop_bounded () {
+  kill "$pid" 2>/dev/null
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    diag "nbdkit hangs in exit (SECT4K_SAN=${SECT4K_SAN:-}): killed"
+    kill -9 "$pid"
+  fi
+  wait "$pid" 2>/dev/null
+}
+
+nbdkit_t () { timeout 60 env $(sanitizer_env) nbdkit "$@"; }
+
 # bad EXPECTED-SUBSTRING KEY=VALUE...
 bad () {
   want=$1; shift
-  out=$(nbdkit_san -U - "$SECT4K_PLUGIN" "$@" --run true 2>&1)
-  st=$?
+  out=$(timeout 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" "$@" --run true 2>&1)
+  st=$(asan_exit $?)
   lines=$(printf '%s\n' "$out" | grep -c 'error')
   printf '%s' "$out" | grep -qF -- "$want"
   found=$?
@@ -45,17 +64,17 @@ bad "not a regular file or block device" file=/dev/null
 bad "direct=true: needs file=" size=1M direct=true
 bad "io=fast: must be uring or sync" file="$dir/d.img" io=fast
 
-out=$(nbdkit_san -U - "$SECT4K_PLUGIN" file="$dir/d.img" size=8M --run 'nbdinfo --size "$uri"' 2>&1)
+out=$(nbdkit_t -U - "$SECT4K_PLUGIN" file="$dir/d.img" size=8M --run 'nbdinfo --size "$uri"' 2>&1)
 [ "$out" = 8388608 ] && [ "$(stat -c %s "$dir/d.img")" = 8388608 ] &&
   [ "$(stat -c %b "$dir/d.img")" = 0 ]
 ok $? "a larger size= grows the file sparsely ($out)"
-out=$(nbdkit_san -U - "$SECT4K_PLUGIN" file="$dir/d.img" --run 'nbdinfo --size "$uri"' 2>&1)
+out=$(nbdkit_t -U - "$SECT4K_PLUGIN" file="$dir/d.img" --run 'nbdinfo --size "$uri"' 2>&1)
 [ "$out" = 8388608 ]; ok $? "without size= the file's size is served ($out)"
 
 # A block device: a loop device with 4 KiB sectors.
 truncate -s 8M "$dir/loop.img"
 if loop=$(losetup -f --show --sector-size 4096 "$dir/loop.img" 2>/dev/null); then
-  out=$(nbdkit_san -U - "$SECT4K_PLUGIN" file="$loop" model=4kn --run 'nbdinfo --size "$uri"' 2>&1)
+  out=$(nbdkit_t -U - "$SECT4K_PLUGIN" file="$loop" model=4kn --run 'nbdinfo --size "$uri"' 2>&1)
   [ "$out" = 8388608 ]; ok $? "a block device serves its own size ($out)"
   bad "size=8388608: not allowed with a block device" file="$loop" size=8M
   bad "needs O_DIRECT I/O in multiples of 4096 bytes" file="$loop" model=512e-xp direct=true
@@ -65,7 +84,7 @@ h = nbd.NBD(); h.connect_uri(sys.argv[1])
 h.pwrite(b"q" * 8192, 4096); h.zero(4096, 16384); h.trim(8192, 65536); h.flush()
 print(h.pread(8192, 4096) == b"q" * 8192)
 PY
-  out=$(nbdkit_san -U - "$SECT4K_PLUGIN" file="$loop" model=4kn direct=true \
+  out=$(nbdkit_t -U - "$SECT4K_PLUGIN" file="$loop" model=4kn direct=true \
     --run "$py $dir/loop.py \$uri" 2>&1)
   [ "$out" = True ]; ok $? "direct=true on a 4k block device: write, zero, trim, read back ($out)"
   cmp -s -i 4096:0 -n 8192 "$dir/loop.img" <(printf 'q%.0s' $(seq 8192))
@@ -104,7 +123,7 @@ PY
   kill -0 "$pid"; ok $? "the server is still up"
   n=$(grep -c "No space left on device" "$tmpdir/enospc.log")
   [ "$n" -ge 1 ]; ok $? "the log names ENOSPC ($n lines)"
-  stop_nbdkit
+  stop_bounded
   umount "$mnt"
 
   # Read-only: a file on a read-only mount.
@@ -127,7 +146,7 @@ PY
 )
     [ "$out" = "True True True" ]
     ok $? "read-only mount${r:+ and nbdkit -r}: reads work, writes get EPERM, nothing changes ($out)"
-    stop_nbdkit
+    stop_bounded
   done
   umount "$mnt"
   mnt=
