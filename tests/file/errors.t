@@ -131,7 +131,7 @@ PY
   printf 'R%.0s' $(seq 4096) > "$mnt/ro.img"
   mount -o remount,ro "$mnt"
   for r in "" -r; do
-    start_nbdkit ro$r $r "$SECT4K_PLUGIN" file="$mnt/ro.img" model=512e || exit 1
+    start_nbdkit ro$r -v $r "$SECT4K_PLUGIN" file="$mnt/ro.img" model=512e || exit 1
     out=$($py - "$uri" <<'PY' 2>&1
 import errno, nbd, sys
 h = nbd.NBD(); h.connect_uri(sys.argv[1])
@@ -147,7 +147,21 @@ PY
     [ "$out" = "True True True" ]
     ok $? "read-only mount${r:+ and nbdkit -r}: reads work, writes get EPERM, nothing changes ($out)"
     stop_bounded
+    # The plugin logs the store's line (needs the glue in plugin/sect4k.c:
+    # until then this is a TODO, not a failure).
+    todo=
+    nbdkit "$SECT4K_PLUGIN" --dump-plugin | grep -q '^sect4k_stores=.*file' ||
+      todo=" # TODO the plugin does not log the file store's line yet"
+    grep -q "sect4k: file=$mnt/ro.img: .*read-only: file=.* cannot be opened for writing (Read-only file system)" \
+      "$tmpdir/ro$r.log"
+    ok $? "read-only mount${r:+ and nbdkit -r}: the log says read-only and why$todo"
+    grep -q "sect4k: file=$mnt/ro.img: .*io_uring" "$tmpdir/ro$r.log"
+    ok $? "the log says the store reads through io_uring$todo"
   done
+  start_nbdkit sync -v "$SECT4K_PLUGIN" file="$mnt/ro.img" io=sync || exit 1
+  stop_bounded
+  grep -q "sect4k: file=$mnt/ro.img: .*pread/pwrite (io=sync)" "$tmpdir/sync.log"
+  ok $? "io=sync: one debug line says pread/pwrite and why$todo"
   umount "$mnt"
   mnt=
 else
