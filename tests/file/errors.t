@@ -71,6 +71,31 @@ ok $? "a larger size= grows the file sparsely ($out)"
 out=$(nbdkit_t -U - "$SECT4K_PLUGIN" file="$dir/d.img" --run 'nbdinfo --size "$uri"' 2>&1)
 [ "$out" = 8388608 ]; ok $? "without size= the file's size is served ($out)"
 
+# Permissions, as an unprivileged user (root ignores them).
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  chmod 755 "$dir"
+  printf 'P%.0s' $(seq 4096) > "$dir/perm.img"
+  chmod 644 "$dir/perm.img"
+  cp "$dir/perm.img" "$dir/secret.img"; chmod 600 "$dir/secret.img"
+  as_nobody () { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
+  out=$(as_nobody timeout 60 env $(sanitizer_env) nbdkit -v -U - "$SECT4K_PLUGIN" \
+    file="$dir/perm.img" --run "$py -c 'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.is_read_only(), h.pread(512, 0) == b\"P\" * 512)' \$uri" 2>&1)
+  printf '%s\n' "$out" | grep -q "^True True$\|^False True$"
+  ok $? "a file the user cannot write is served for reading ($(printf '%s' "$out" | grep '^[TF]'))"
+  printf '%s\n' "$out" | grep -q "^True True$" ||
+    diag "(is_read_only is False until the plugin's can_write asks the store)"
+  out=$(as_nobody timeout 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" \
+    file="$dir/secret.img" --run true 2>&1)
+  st=$(asan_exit $?)
+  [ "$st" = 1 ] && printf '%s' "$out" | grep -q "file=$dir/secret.img: cannot open it: Permission denied"
+  ok $? "a file the user cannot read: exit $st, one line: $out"
+  out=$(as_nobody timeout 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" \
+    file="$dir/new.img" size=1M --run true 2>&1)
+  st=$(asan_exit $?)
+  [ "$st" = 1 ] && printf '%s' "$out" | grep -q "file=$dir/new.img: cannot create it: Permission denied"
+  ok $? "a directory the user cannot write to: exit $st, one line: $out"
+fi
+
 # A block device: a loop device with 4 KiB sectors.
 truncate -s 8M "$dir/loop.img"
 if loop=$(losetup -f --show --sector-size 4096 "$dir/loop.img" 2>/dev/null); then

@@ -54,6 +54,12 @@ def main():
                 bad = random_ops(h, model, size, L, P, A, rng, 300)
                 ok(bad == 0 and read_all(h, size) == model,
                    "%s: 300 random ops match the model" % name)
+                fz = h.can_fast_zero()
+                if fz:
+                    h.zero(2 * P, A, nbd.CMD_FLAG_FAST_ZERO)
+                    model[A:A + 2 * P] = bytes(2 * P)
+                ok(fz and h.pread(2 * P, A) == model[A:A + 2 * P],
+                   "%s: fast zero offered and served (punch hole)" % name)
                 n = uring_fds(srv.proc.pid)
                 ok((n > 0) == uring, "%s: %s (%d io_uring instances)" %
                    (name, "io_uring" if uring else "pread/pwrite", n))
