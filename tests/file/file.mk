@@ -5,3 +5,8 @@ test-progs: $(FILE_TESTS)
 $(B)/tests/file-%: tests/file/%.c $(ENGINE_LIB) $(wildcard tests/*.h lib/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -Ilib -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
+# A preload shim that takes fallocate away (tests/file/nofalloc.t).
+test-progs: $(B)/tests/file-nofalloc.so
+$(B)/tests/file-nofalloc.so: tests/file/preload/nofalloc.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -shared -o $@ $<
