@@ -80,7 +80,6 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->strict = c->strict;
   d->store = store;
   stats_init (&d->stats, &d->g, c);
-  stats_start (d);
   *out = d;
   return 0;
 }
@@ -98,6 +97,12 @@ s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
   if (!store)
     return -ENOMEM;
   return s4k_dev_new (out, &cfg, store, err, errlen);
+}
+
+void
+s4k_dev_start (struct s4k_dev *d)
+{
+  stats_start (d);
 }
 
 void
