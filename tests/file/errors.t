@@ -35,6 +35,13 @@ stop_bounded () {
   wait "$pid" 2>/dev/null
 }
 
+# ok_todo STATUS DESCRIPTION [TODO-REASON]: a TODO test does not fail the run.
+ok_todo () {
+  [ -z "$3" ] && { ok "$1" "$2"; return; }
+  tap_n=$((tap_n + 1))
+  if [ "$1" = 0 ]; then echo "ok $tap_n - $2 # TODO $3"
+  else echo "not ok $tap_n - $2 # TODO $3"; fi
+}
 nbdkit_t () { timeout 60 env $(sanitizer_env) nbdkit "$@"; }
 
 # bad EXPECTED-SUBSTRING KEY=VALUE...
@@ -71,6 +78,12 @@ ok $? "a larger size= grows the file sparsely ($out)"
 out=$(nbdkit_t -U - "$SECT4K_PLUGIN" file="$dir/d.img" --run 'nbdinfo --size "$uri"' 2>&1)
 [ "$out" = 8388608 ]; ok $? "without size= the file's size is served ($out)"
 
+# Until plugin/sect4k.c asks the store (s4k_dev_store_info, s4k_dev_readonly)
+# the checks of the store's log line and of can_write are TODO tests.
+todo=
+nbdkit_t "$SECT4K_PLUGIN" --dump-plugin | grep -q '^sect4k_stores=.*file' ||
+  todo="the plugin does not ask the file store yet"
+
 # Permissions, as an unprivileged user (root ignores them).
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
   chmod 755 "$dir"
@@ -80,10 +93,10 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
   as_nobody () { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
   out=$(as_nobody timeout 60 env $(sanitizer_env) nbdkit -v -U - "$SECT4K_PLUGIN" \
     file="$dir/perm.img" --run "$py -c 'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.is_read_only(), h.pread(512, 0) == b\"P\" * 512)' \$uri" 2>&1)
-  printf '%s\n' "$out" | grep -q "^True True$\|^False True$"
+  printf '%s\n' "$out" | grep -q "True$"
   ok $? "a file the user cannot write is served for reading ($(printf '%s' "$out" | grep '^[TF]'))"
-  printf '%s\n' "$out" | grep -q "^True True$" ||
-    diag "(is_read_only is False until the plugin's can_write asks the store)"
+  printf '%s\n' "$out" | grep -q "^True True$"
+  ok_todo $? "... and the server says it is read-only" "$todo"
   out=$(as_nobody timeout 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" \
     file="$dir/secret.img" --run true 2>&1)
   st=$(asan_exit $?)
@@ -174,19 +187,16 @@ PY
     stop_bounded
     # The plugin logs the store's line (needs the glue in plugin/sect4k.c:
     # until then this is a TODO, not a failure).
-    todo=
-    nbdkit "$SECT4K_PLUGIN" --dump-plugin | grep -q '^sect4k_stores=.*file' ||
-      todo=" # TODO the plugin does not log the file store's line yet"
     grep -q "sect4k: file=$mnt/ro.img: .*read-only: file=.* cannot be opened for writing (Read-only file system)" \
       "$tmpdir/ro$r.log"
-    ok $? "read-only mount${r:+ and nbdkit -r}: the log says read-only and why$todo"
+    ok_todo $? "read-only mount${r:+ and nbdkit -r}: the log says read-only and why" "$todo"
     grep -q "sect4k: file=$mnt/ro.img: .*io_uring" "$tmpdir/ro$r.log"
-    ok $? "the log says the store reads through io_uring$todo"
+    ok_todo $? "the log says the store reads through io_uring" "$todo"
   done
   start_nbdkit sync -v "$SECT4K_PLUGIN" file="$mnt/ro.img" io=sync || exit 1
   stop_bounded
   grep -q "sect4k: file=$mnt/ro.img: .*pread/pwrite (io=sync)" "$tmpdir/sync.log"
-  ok $? "io=sync: one debug line says pread/pwrite and why$todo"
+  ok_todo $? "io=sync: one debug line says pread/pwrite and why" "$todo"
   umount "$mnt"
   mnt=
 else
