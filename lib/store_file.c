@@ -4,7 +4,11 @@
  * io_uring.  Each worker thread has its own ring, created on first use and
  * destroyed when the thread exits, so threads share no lock; the pieces
  * of one engine call (an RMW's head and tail reads, the writes of one
- * request) go to the kernel in one submission.  Where io_uring cannot be
+ * request) go to the kernel in one submission.  Buffered writes are the
+ * exception: they are memory copies into the page cache, which io_uring
+ * hands to a worker thread on file systems without async buffered writes
+ * (ext4), so they go by one pwritev2 per request instead.  Flush is
+ * fdatasync through the ring, FUA is RWF_DSYNC.  Where io_uring cannot be
  * set up (old kernel, seccomp) or io=sync, pread/pwrite do the same work.
  *
  * direct=true opens with O_DIRECT; buffers that are not aligned for it
@@ -35,6 +39,15 @@
 
 #include "sect4k/sect4k.h"
 #include "store_file.h"
+
+/* The English message, without strerror's locale lookup: thread-safe,
+ * and no gettext lock (which deadlocks nbdkit's exit under ASan). */
+static const char *
+errstr (int e)
+{
+  const char *s = strerrordesc_np (e);
+  return s ? s : "Unknown error";
+}
 
 #define RING_ENTRIES 16u
 #define MAX_PIECES 8u               /* pieces in one submission */
@@ -591,7 +604,7 @@ probe_uring (char *why, size_t len)
   int r = io_uring_queue_init (4, &ring, 0);
   if (r < 0) {
     snprintf (why, len, "io_uring unavailable (io_uring_setup: %s)",
-              strerror (-r));
+              errstr (-r));
     return;
   }
   struct io_uring_probe *p = io_uring_get_probe_ring (&ring);
@@ -678,7 +691,7 @@ check_direct (struct file_store *f, const struct s4k_geometry *g,
     snprintf (err, errlen, "direct=true: file=%s: the file system refuses "
               "an O_DIRECT read of %" PRIu64 " bytes (physical=%" PRIu32
               ", alignment-offset=%" PRIu32 "): %s", path, gran, g->physical,
-              g->alignment, strerror (e));
+              g->alignment, errstr (e));
     return -1;
   }
   return 0;
@@ -709,14 +722,14 @@ open_file (struct file_store *f, const struct s4k_config *c, char *ro_why,
       created = f->fd != -1 || errno == EINVAL;
       if (f->fd == -1 && errno != EINVAL) {
         snprintf (err, errlen, "file=%s: cannot create it: %s", path,
-                  strerror (errno));
+                  errstr (errno));
         return -1;
       }
     }
     else if (f->fd == -1 && (errno == EACCES || errno == EROFS ||
                              errno == EPERM || errno == ETXTBSY)) {
       snprintf (ro_why, ro_len, "read-only: file=%s cannot be opened for "
-                "writing (%s)", path, strerror (errno));
+                "writing (%s)", path, errstr (errno));
       f->fd = open (path, O_RDONLY | flags);
       f->readonly = true;
     }
@@ -733,11 +746,11 @@ open_file (struct file_store *f, const struct s4k_config *c, char *ro_why,
                 "not support O_DIRECT", path);
     else
       snprintf (err, errlen, "file=%s: cannot open it: %s", path,
-                strerror (e));
+                errstr (e));
     return -1;
   }
   if (fstat (f->fd, &st) == -1) {
-    snprintf (err, errlen, "file=%s: fstat: %s", path, strerror (errno));
+    snprintf (err, errlen, "file=%s: fstat: %s", path, errstr (errno));
     return -1;
   }
 
@@ -745,7 +758,7 @@ open_file (struct file_store *f, const struct s4k_config *c, char *ro_why,
     f->blockdev = true;
     if (ioctl (f->fd, BLKGETSIZE64, &f->size) == -1) {
       snprintf (err, errlen, "file=%s: BLKGETSIZE64: %s", path,
-                strerror (errno));
+                errstr (errno));
       return -1;
     }
     if (have_size) {
@@ -782,7 +795,7 @@ open_file (struct file_store *f, const struct s4k_config *c, char *ro_why,
         if (created)
           unlink (path);
         snprintf (err, errlen, "file=%s: cannot grow it to size=%" PRIu64
-                  ": %s", path, g->size, strerror (e));
+                  ": %s", path, g->size, errstr (e));
         return -1;
       }
     }
@@ -837,7 +850,7 @@ s4k_file_store_new (const struct s4k_config *c, uint64_t *size, char *err,
   f->zeroes = mmap (NULL, ZERO_BUF_BYTES, PROT_READ,
                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (f->zeroes == MAP_FAILED) {
-    snprintf (err, errlen, "file store: mmap: %s", strerror (errno));
+    snprintf (err, errlen, "file store: mmap: %s", errstr (errno));
     free (f);
     return NULL;
   }

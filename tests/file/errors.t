@@ -42,12 +42,12 @@ ok_todo () {
   if [ "$1" = 0 ]; then echo "ok $tap_n - $2 # TODO $3"
   else echo "not ok $tap_n - $2 # TODO $3"; fi
 }
-nbdkit_t () { timeout 60 env $(sanitizer_env) nbdkit "$@"; }
+nbdkit_t () { timeout -k 5 60 env $(sanitizer_env) nbdkit "$@"; }
 
 # bad EXPECTED-SUBSTRING KEY=VALUE...
 bad () {
   want=$1; shift
-  out=$(timeout 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" "$@" --run true 2>&1)
+  out=$(timeout -k 5 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" "$@" --run true 2>&1)
   st=$(asan_exit $?)
   lines=$(printf '%s\n' "$out" | grep -c 'error')
   printf '%s' "$out" | grep -qF -- "$want"
@@ -91,18 +91,18 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
   chmod 644 "$dir/perm.img"
   cp "$dir/perm.img" "$dir/secret.img"; chmod 600 "$dir/secret.img"
   as_nobody () { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
-  out=$(as_nobody timeout 60 env $(sanitizer_env) nbdkit -v -U - "$SECT4K_PLUGIN" \
+  out=$(as_nobody timeout -k 5 60 env $(sanitizer_env) nbdkit -v -U - "$SECT4K_PLUGIN" \
     file="$dir/perm.img" --run "$py -c 'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.is_read_only(), h.pread(512, 0) == b\"P\" * 512)' \$uri" 2>&1)
   printf '%s\n' "$out" | grep -q "True$"
   ok $? "a file the user cannot write is served for reading ($(printf '%s' "$out" | grep '^[TF]'))"
   printf '%s\n' "$out" | grep -q "^True True$"
   ok_todo $? "... and the server says it is read-only" "$todo"
-  out=$(as_nobody timeout 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" \
+  out=$(as_nobody timeout -k 5 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" \
     file="$dir/secret.img" --run true 2>&1)
   st=$(asan_exit $?)
   [ "$st" = 1 ] && printf '%s' "$out" | grep -q "file=$dir/secret.img: cannot open it: Permission denied"
   ok $? "a file the user cannot read: exit $st, one line: $out"
-  out=$(as_nobody timeout 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" \
+  out=$(as_nobody timeout -k 5 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" \
     file="$dir/new.img" size=1M --run true 2>&1)
   st=$(asan_exit $?)
   [ "$st" = 1 ] && printf '%s' "$out" | grep -q "file=$dir/new.img: cannot create it: Permission denied"
