@@ -571,6 +571,28 @@ cmd_read (struct conn *c)
   }
 }
 
+/* The payload buffer grows as the bytes arrive, so a client must send
+ * data to make us hold it; never beyond the request (<= the maximum). */
+#define PAYLOAD_STEP (256u * 1024)
+static void
+grow_payload (struct conn *c, size_t need)
+{
+  if (c->payload_cap >= need)
+    return;
+  size_t cap = c->payload_cap * 2;
+  if (cap < need)
+    cap = need;
+  if (cap > c->length)
+    cap = c->length;
+  uint8_t *p = realloc (c->payload, cap);
+  if (!p) {
+    hang_up (c, "out of memory for a write payload");
+    return;
+  }
+  c->payload = p;
+  c->payload_cap = cap;
+}
+
 static void
 cmd_write (struct conn *c)
 {
@@ -735,18 +757,9 @@ handle_request (struct conn *c)
     cmd_read (c);
     break;
   case NBD_CMD_WRITE:
-    if (c->payload_cap < c->length) {
-      /* Bounded by the maximum request size, checked above. */
-      uint8_t *p = realloc (c->payload, c->length);
-      if (!p) {
-        hang_up (c, "out of memory for a write payload");
-        return;
-      }
-      c->payload = p;
-      c->payload_cap = c->length;
-    }
     c->payload_have = 0;
     c->state = ST_PAYLOAD;
+    grow_payload (c, c->length < PAYLOAD_STEP ? c->length : PAYLOAD_STEP);
     break;
   case NBD_CMD_DISC:
     if (c->cfg->verbose)
@@ -815,9 +828,13 @@ conn_recv_area (struct conn *c, uint8_t **p, size_t *len)
     return;
   if (c->state == ST_PAYLOAD && c->in_head == c->in_tail) {
     /* Straight into the payload buffer: no copy for large writes. */
+    if (c->payload_have == c->payload_cap)
+      grow_payload (c, c->payload_have + 1);
+    if (c->hangup)
+      return;
     c->recv_payload = true;
     *p = c->payload + c->payload_have;
-    *len = c->length - c->payload_have;
+    *len = c->payload_cap - c->payload_have;
     return;
   }
   c->recv_payload = false;
@@ -914,7 +931,11 @@ conn_process (struct conn *c)
       size_t n = c->length - c->payload_have;
       if (n > avail)
         n = avail;
-      memcpy (c->payload + c->payload_have, in, n);
+      grow_payload (c, c->payload_have + n);
+      if (c->hangup)
+        return;
+      if (n)
+        memcpy (c->payload + c->payload_have, in, n);
       c->payload_have += n;
       c->in_head += n;
       if (c->payload_have < c->length)
