@@ -832,9 +832,12 @@ conn_recv_area (struct conn *c, uint8_t **p, size_t *len)
       grow_payload (c, c->payload_have + 1);
     if (c->hangup)
       return;
+    /* The buffer may be larger than this request: never receive past
+     * its end, the next request follows. */
+    size_t room = c->payload_cap < c->length ? c->payload_cap : c->length;
     c->recv_payload = true;
     *p = c->payload + c->payload_have;
-    *len = c->payload_cap - c->payload_have;
+    *len = room - c->payload_have;
     return;
   }
   c->recv_payload = false;
