@@ -19,15 +19,14 @@ static inline uint16_t get16 (const uint8_t *p) { uint16_t v; memcpy (&v, p, 2);
 static inline uint32_t get32 (const uint8_t *p) { uint32_t v; memcpy (&v, p, 4); return be32toh (v); }
 static inline uint64_t get64 (const uint8_t *p) { uint64_t v; memcpy (&v, p, 8); return be64toh (v); }
 
-/* Hangs up at once (protocol violation, allocation failure): pending
- * output is dropped. */
+/* Hangs up at once (protocol violation, allocation failure): the event
+ * loop closes without sending what is left in c->out. */
 static void
 hang_up (struct conn *c, const char *why)
 {
   if (why)
     log_msg ("%s: closing the connection: %s", c->name, why);
   c->state = ST_DONE;
-  c->out.len = 0;
   c->hangup = true;
 }
 

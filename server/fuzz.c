@@ -4,7 +4,8 @@
  * Input: byte 0 picks the device and server settings, byte 1 the size
  * of the pieces the bytes arrive in, the rest is what the client sends.
  * Besides the sanitizers, it checks the bounds a hostile client must not
- * break: output and payload buffers stay within what the limits allow.
+ * break (output and payload buffers stay within what the limits allow)
+ * and that the replies do not depend on how the input is split.
  *
  * Built with clang -fsanitize=fuzzer by `make fuzz`; built with
  * -DFUZZ_REPLAY_MAIN it is a plain program that runs the files named on
@@ -34,17 +35,20 @@ log_msg (const char *fmt, ...)
   do { if (!(cond)) { fprintf (stderr, "fuzz: bound broken: %s\n", #cond); \
                       abort (); } } while (0)
 
-int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
-
-int
-LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
+/* FNV-1a over everything the server sends. */
+static void
+hash_out (uint64_t *h, struct obuf *out)
 {
-  if (size < 2)
-    return 0;
-  uint8_t mode = data[0], piece = data[1];
-  data += 2;
-  size -= 2;
+  for (size_t i = 0; i < out->len; i++)
+    *h = (*h ^ out->p[i]) * UINT64_C(0x100000001b3);
+  out->len = 0;
+}
 
+/* Serves the client bytes arriving in pieces of piece_len; returns a hash
+ * of the whole output. */
+static uint64_t
+run (uint8_t mode, size_t piece_len, const uint8_t *data, size_t size)
+{
   struct s4k_config cfg;
   char err[256];
   s4k_config_init (&cfg);
@@ -80,25 +84,27 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   struct conn c;
   if (conn_init (&c, &scfg, "fuzz") == -1)
     abort ();
-  size_t piece_len = piece ? piece : 65536;
   /* What one reply round may hold: the backlog limit plus one read reply
    * or block status reply. */
   const size_t out_bound = CONN_OUT_HIGH + 28 + scfg.maximum +
                            24 + 8 * CONN_MAX_EXTENTS + 4096;
+  uint64_t h = UINT64_C(0xcbf29ce484222325);
   unsigned round = 0;
   for (;;) {
     uint8_t *p;
     size_t len;
     CHECK (c.out.len <= out_bound);
     CHECK (c.payload_cap <= scfg.maximum);
+    if (c.hangup)
+      break;
     if (mode & 64 || round++ % 2)       /* the "socket" drains the output */
-      c.out.len = 0;
+      hash_out (&h, &c.out);
     conn_process (&c);
     conn_recv_area (&c, &p, &len);
     if (len == 0) {
       if (conn_done (&c) || c.out.len == 0)
         break;
-      c.out.len = 0;            /* backlog: drain and go on */
+      hash_out (&h, &c.out);    /* backlog: drain and go on */
       continue;
     }
     size_t n = len < piece_len ? len : piece_len;
@@ -115,8 +121,30 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     c.stopping = true;
     conn_process (&c);
   }
+  if (!c.hangup)                /* a hang-up sends nothing more */
+    hash_out (&h, &c.out);
   conn_free (&c);
   s4k_dev_close (dev);
+  return h;
+}
+
+int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
+
+/* Besides the sanitizers and the bounds above: the replies must not
+ * depend on how the bytes were split into receives. */
+int
+LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
+{
+  if (size < 2)
+    return 0;
+  uint8_t mode = data[0], piece = data[1];
+  uint64_t a = run (mode, piece ? piece : 65536, data + 2, size - 2);
+  uint64_t b = run (mode, SIZE_MAX, data + 2, size - 2);
+  if (a != b) {
+    fprintf (stderr, "fuzz: the replies differ when the input arrives in "
+             "pieces of %u bytes\n", piece);
+    abort ();
+  }
   return 0;
 }
 
