@@ -26,7 +26,6 @@ import time
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 REPS = int(os.environ.get("BENCH_REPS", "1" if QUICK else "3"))
 RUNTIME = float(os.environ.get("BENCH_RUNTIME", "1" if QUICK else "1.5"))
-RAMP = 0.2 if QUICK else 0.5
 THREADS = 16                    # nbdkit -t, the same for every contender
 SIZE = "10G"                    # every device
 REGION = 256 << 20              # bytes the timed workloads touch
@@ -129,6 +128,12 @@ class Server:
                     return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS")
 
+    def cpu(self):
+        """Seconds of CPU the server has used, exited threads included."""
+        with open("/proc/%d/stat" % self.proc.pid) as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -147,8 +152,7 @@ def fio(uri, opts, tmp, timed=True, number_ios=None, runtime=None):
     o.update(opts)
     jobs8 = o.pop("jobs8", False)
     if timed:
-        o.update(time_based=1, runtime="%dms" % ((runtime or RUNTIME) * 1000),
-                 ramp_time="%dms" % (RAMP * 1000))
+        o.update(time_based=1, runtime="%dms" % ((runtime or RUNTIME) * 1000))
     if number_ios:              # io_size, not number_ios: fio 3.33 ignores
         o["io_size"] = number_ios * o["bs"]     # number_ios here
     lines = ["[global]"] + ["%s=%s" % kv for kv in o.items()]
@@ -188,7 +192,8 @@ def prefill(uri, tmp):
 # ---- phases ----------------------------------------------------------------
 
 def timed_matrix(cons, tmp, log):
-    """{workload: {contender: [(iops, MiB/s) per rep]}}"""
+    """{workload: {contender: [(IOPS, MiB/s, server CPU µs/request)
+    per rep]}}"""
     res = {w: {c: [] for c in cons if applies(w, cons[c][2])}
            for w in WORKLOADS}
     names = list(cons)
@@ -205,14 +210,17 @@ def timed_matrix(cons, tmp, log):
                     if c not in res[w]:
                         continue
                     try:
-                        iops, mibs, _ = fio(servers[c].uri,
-                                            WORKLOADS[w]["opts"], tmp)
+                        cpu0 = servers[c].cpu()
+                        iops, mibs, ios = fio(servers[c].uri,
+                                              WORKLOADS[w]["opts"], tmp)
+                        time.sleep(0.05)    # connection threads finish
+                        us = (servers[c].cpu() - cpu0) / ios * 1e6
                     except RuntimeError as e:
                         log("  %s %s: %s" % (w, c, e))
-                        iops, mibs = float("nan"), float("nan")
-                    res[w][c].append((iops, mibs))
-                    log("  rep %d %-15s %-14s %9.0f IOPS %8.1f MiB/s" %
-                        (rep + 1, w, c, iops, mibs))
+                        iops = mibs = us = float("nan")
+                    res[w][c].append((iops, mibs, us))
+                    log("  rep %d %-15s %-14s %9.0f IOPS %8.1f MiB/s "
+                        "%6.2f µs CPU/req" % (rep + 1, w, c, iops, mibs, us))
         finally:
             for s in servers.values():
                 s.stop()
@@ -390,9 +398,9 @@ def report(plugin_note, cons, timed, qd, cg, rs, png_name, machine, tmp):
               machine["valgrind"], machine["load0"], machine["load1"]))
     L.append("")
     L.append("Every timing is the median of %d interleaved repetitions of "
-             "%g s (after %g s ramp); each server runs `nbdkit -U SOCKET -f "
-             "-t %d ...` and the read workloads read a region written first. "
-             "%s" % (REPS, RUNTIME, RAMP, THREADS, plugin_note))
+             "%g s; each server runs `nbdkit -U SOCKET -f -t %d ...` and the "
+             "region is written once before the workloads run. %s" %
+             (REPS, RUNTIME, THREADS, plugin_note))
     L.append("")
     L.append("| contender | server arguments after `nbdkit -U SOCKET -f -t %d` |"
              % THREADS)
@@ -435,10 +443,23 @@ def report(plugin_note, cons, timed, qd, cg, rs, png_name, machine, tmp):
                                            fmt(max(good), "k")))
         L.append("| %s | %s |" % (w, " | ".join(row)))
     L.append("")
+    L.append("### Server CPU time per request (median µs, user+system)")
+    L.append("")
+    L.append("From /proc/PID/stat around each timed run (10 ms ticks); less "
+             "sensitive than IOPS to what else runs on the machine.")
+    L.append("")
+    L.append("| workload | " + " | ".join(names) + " |")
+    L.append("|---|" + "---|" * len(names))
+    for w in WORKLOADS:
+        L.append("| %s | %s |" % (w, " | ".join(
+            "%.2f" % med([r[2] for r in timed[w][c]]) if c in timed[w]
+            else "n/a" for c in names)))
+    L.append("")
     L.append("### Instructions per request in the server (callgrind)")
     L.append("")
-    L.append("Counted over %d (then %d more) requests a job, by difference, so "
-             "start-up and connection set-up drop out." % (CG_N, 2 * CG_N))
+    L.append("Counted over %d (then %d more) requests a job (a tenth of that "
+             "for 1 MiB), by difference, so start-up and connection set-up "
+             "drop out." % (CG_N, 2 * CG_N))
     L.append("")
     L.append("| workload | " + " | ".join(names) + " |")
     L.append("|---|" + "---|" * len(names))
@@ -480,26 +501,37 @@ def targets(cons, timed, cg, rs):
             return float("nan")
         return med([r[1] if "1m" in w else r[0] for r in timed[w][c]])
 
-    def check(label, num, den, bar):
+    def cpu(w, c):
+        return med([r[2] for r in timed[w].get(c, [])])
+
+    def check(label, num, den, bar, w=None, c=None, ref=None):
         r = num / den if den else float("nan")
-        ok = r == r and r >= bar
-        out.append("- %s %s: %.2f× (bar %.2f×)" %
-                   ("MET   " if ok else "MISSED", label, r, bar))
+        if r != r:
+            out.append("- n/a    %s: a contender is missing or failed" % label)
+            return
+        ok = r >= bar
+        extra = ""
+        if w:       # the CPU cost beside the throughput, as a cross-check
+            extra = "; server CPU/request %.2f×" % (cpu(w, c) / cpu(w, ref))
+        out.append("- %s %s: %.2f× (bar %.2f×%s)" %
+                   ("MET   " if ok else "MISSED", label, r, bar, extra))
 
     s4k_mem = [c for c in ("s4k-512n", "s4k-512e", "s4k-4kn") if c in cons]
     for w in ("rand-read-4k", "rand-write-4k"):
         for c in s4k_mem:
-            check("%s %s vs memory" % (w, c), m(w, c), m(w, "memory"), 1.0)
+            check("%s %s vs memory" % (w, c), m(w, c), m(w, "memory"), 1.0,
+                  w, c, "memory")
         for c in s4k_mem:
             check("%s %s vs null" % (w, c), m(w, c), m(w, "null"), 0.8)
     for w in ("rand-write-512", "rmw-contention"):
         check("%s s4k-512e vs memory+bs" % w, m(w, "s4k-512e"),
-              m(w, "memory+bs"), 1.0)
+              m(w, "memory+bs"), 1.0, w, "s4k-512e", "memory+bs")
         check("%s s4k-512e vs memory" % w, m(w, "s4k-512e"),
-              m(w, "memory"), 0.85)
+              m(w, "memory"), 0.85, w, "s4k-512e", "memory")
     for w in ("seq-read-1m", "seq-write-1m"):
         for c in s4k_mem:
-            check("%s %s vs memory" % (w, c), m(w, c), m(w, "memory"), 0.9)
+            check("%s %s vs memory" % (w, c), m(w, c), m(w, "memory"), 0.9,
+                  w, c, "memory")
     for c in s4k_mem:
         if c in rs:
             grow, wrote = rs[c]
