@@ -41,6 +41,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit-%,$(wildcard tests/unit/
 CLIENT_TESTS := $(patsubst tests/plugin/%.c,$(B)/tests/client-%,$(wildcard tests/plugin/*.c))
 TEST_PROGS := $(UNIT_TESTS) $(CLIENT_TESTS)
 
+.DELETE_ON_ERROR:
 .PHONY: all check check-asan check-tsan deps run install uninstall clean test-progs
 all: $(PLUGIN) $(MANPAGE) test-progs
 

@@ -9,6 +9,7 @@
 
 #include "sect4k/sect4k.h"
 #include "lock.h"
+#include "stats.h"
 
 struct s4k_dev {
   struct s4k_geometry g;
@@ -19,6 +20,7 @@ struct s4k_dev {
   unsigned debug_mask;
   s4k_debug_fn *debug_fn;
   void *debug_opaque;
+  struct stats_state stats;
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -71,6 +73,8 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->max_request = c->max_request;
   d->strict = c->strict;
   d->store = store;
+  stats_init (&d->stats, &d->g, c);
+  stats_start (d);
   *out = d;
   return 0;
 }
@@ -95,9 +99,23 @@ s4k_dev_close (struct s4k_dev *d)
 {
   if (!d)
     return;
+  stats_stop (d);
   d->store->ops->close (d->store);
   s4k_locks_free (d->locks);
+  stats_free (&d->stats);
   free (d);
+}
+
+struct stats_state *
+s4k_dev_stats_state (struct s4k_dev *d)
+{
+  return &d->stats;
+}
+
+void
+s4k_dev_stats (const struct s4k_dev *d, struct s4k_stats *out)
+{
+  stats_sum ((struct stats_state *) &d->stats, out);
 }
 
 const struct s4k_geometry *
@@ -186,6 +204,7 @@ struct span {
   uint64_t head_start, head_end;        /* sector `first` */
   uint64_t tail_start, tail_end;        /* sector `last` */
   bool head_cut, tail_cut;              /* the request covers part only */
+  uint64_t mid_start, mid_end;          /* the whole sectors between */
 };
 
 static struct span
@@ -199,6 +218,10 @@ span_of (const struct s4k_dev *d, uint64_t len, uint64_t off)
   s4k_sector_range (&d->g, s.last, &s.tail_start, &s.tail_end);
   s.head_cut = off != s.head_start || (s.first == s.last && end != s.head_end);
   s.tail_cut = s.first != s.last && end != s.tail_end;
+  s.mid_start = s.head_cut ? s.head_end : off;
+  s.mid_end = s.tail_cut ? s.tail_start : end;
+  if (s.mid_end < s.mid_start)          /* one cut sector, nothing whole */
+    s.mid_end = s.mid_start;
   return s;
 }
 
@@ -215,14 +238,25 @@ debug_rmw (struct s4k_dev *d, const char *op, uint64_t len, uint64_t off,
 
 /* ---- data path --------------------------------------------------------- */
 
-int
-s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+/* Records how a request sits on the sectors, for the statistics. */
+static void
+place (struct tally *t, const struct span *s)
+{
+  t->placed = true;
+  t->cut = s->head_cut || s->tail_cut;
+  t->sectors = s->last - s->first + 1;
+}
+
+static int
+read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off,
+         struct tally *t)
 {
   int r = check_request (d, len, off, EINVAL);
   if (r || len == 0)
     return r;
 
   const struct span s = span_of (d, len, off);
+  place (t, &s);
   const uint64_t end = off + len;
   char *b = NULL;
   struct s4k_io io[3];
@@ -234,13 +268,11 @@ s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
   }
   /* Whole sectors go straight to the client's buffer; cut ones through
    * the bounce buffer (the store reads whole sectors only). */
-  uint64_t mid_start = s.head_cut ? s.head_end : off;
-  uint64_t mid_end = s.tail_cut ? s.tail_start : end;
   if (s.head_cut)
     io[n++] = (struct s4k_io) { b, s.head_end - s.head_start, s.head_start };
-  if (mid_start < mid_end)
-    io[n++] = (struct s4k_io) { (char *) buf + (mid_start - off),
-                                mid_end - mid_start, mid_start };
+  if (s.mid_start < s.mid_end)
+    io[n++] = (struct s4k_io) { (char *) buf + (s.mid_start - off),
+                                s.mid_end - s.mid_start, s.mid_start };
   if (s.tail_cut)
     io[n++] = (struct s4k_io) { b + d->g.physical,
                                 s.tail_end - s.tail_start, s.tail_start };
@@ -261,85 +293,115 @@ s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
   return 0;
 }
 
+static bool
+all_zero (const char *p, size_t len)
+{
+  for (size_t i = 0; i < len; i++)
+    if (p[i])
+      return false;
+  return true;
+}
+
 /* Writes data (or zeroes, when data is NULL) to [off, off+len): cut
  * sectors by read-modify-write, whole ones straight to the store (or
- * zeroed by the store).  The caller has locked every sector. */
+ * zeroed by the store).  A cut sector that a zero request leaves all
+ * zero is zeroed by the store too, so zeroing keeps the store sparse.
+ * The caller has locked every sector. */
 static int
 write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
-              const struct span *s, unsigned flags, const char *op)
+              const struct span *s, unsigned flags, const char *op,
+              struct tally *t)
 {
   const uint64_t end = off + len;
   const bool fua = flags & S4K_FUA;
-  char *b = NULL;
+  char *head = NULL, *tail = NULL;
   struct s4k_io rd[2], wr[3];
   unsigned nrd = 0, nwr = 0;
   int r;
 
   if (s->head_cut || s->tail_cut) {
-    if (!(b = bounce (2 * (size_t) d->g.physical)))
+    if (!(head = bounce (2 * (size_t) d->g.physical)))
       return -ENOMEM;
+    tail = head + d->g.physical;
   }
-  char *head = b, *tail = b + d->g.physical;
-  if (s->head_cut)
-    rd[nrd++] = (struct s4k_io) { head, s->head_end - s->head_start,
+  const struct s4k_io head_io = { head, s->head_end - s->head_start,
                                   s->head_start };
-  if (s->tail_cut)
-    rd[nrd++] = (struct s4k_io) { tail, s->tail_end - s->tail_start,
+  const struct s4k_io tail_io = { tail, s->tail_end - s->tail_start,
                                   s->tail_start };
+  if (s->head_cut)
+    rd[nrd++] = head_io;
+  if (s->tail_cut)
+    rd[nrd++] = tail_io;
   if (nrd && (r = d->store->ops->read (d->store, rd, nrd)) != 0)
     return r;
+  t->rmw_sectors = nrd;
+  for (unsigned i = 0; i < nrd; i++)
+    t->rmw_read_bytes += rd[i].len;
 
   /* Merge the new bytes into the cut sectors. */
+  bool head_zero = false, tail_zero = false;
   if (s->head_cut) {
     uint64_t e = end < s->head_end ? end : s->head_end;
     if (data)
       memcpy (head + (off - s->head_start), data, e - off);
-    else
+    else {
       memset (head + (off - s->head_start), 0, e - off);
-    wr[nwr++] = rd[0];
+      head_zero = all_zero (head, head_io.len);
+    }
     if (d->debug_mask & S4K_DEBUG_RMW)
       debug_rmw (d, op, len, off, s->first, s->head_start, s->head_end);
   }
-  uint64_t mid_start = s->head_cut ? s->head_end : off;
-  uint64_t mid_end = s->tail_cut ? s->tail_start : end;
-  if (mid_start < mid_end && data)
-    wr[nwr++] = (struct s4k_io) { (char *) data + (mid_start - off),
-                                  mid_end - mid_start, mid_start };
   if (s->tail_cut) {
     if (data)
       memcpy (tail, data + (s->tail_start - off), end - s->tail_start);
-    else
+    else {
       memset (tail, 0, end - s->tail_start);
-    wr[nwr++] = rd[nrd - 1];
+      tail_zero = all_zero (tail, tail_io.len);
+    }
     if (d->debug_mask & S4K_DEBUG_RMW)
       debug_rmw (d, op, len, off, s->last, s->tail_start, s->tail_end);
   }
 
-  if (!data && mid_start < mid_end &&
-      (r = d->store->ops->zero (d->store, mid_end - mid_start, mid_start,
-                                flags & S4K_MAY_TRIM, fua)) != 0)
-    return r;
+  if (s->head_cut && !head_zero)
+    wr[nwr++] = head_io;
+  if (data && s->mid_start < s->mid_end)
+    wr[nwr++] = (struct s4k_io) { (char *) data + (s->mid_start - off),
+                                  s->mid_end - s->mid_start, s->mid_start };
+  if (s->tail_cut && !tail_zero)
+    wr[nwr++] = tail_io;
+  if (!data) {
+    uint64_t zs = head_zero ? s->head_start : s->mid_start;
+    uint64_t ze = tail_zero ? s->tail_end : s->mid_end;
+    if (zs < ze &&
+        (r = d->store->ops->zero (d->store, ze - zs, zs,
+                                  flags & S4K_MAY_TRIM, fua)) != 0)
+      return r;
+  }
+  for (unsigned i = 0; i < nwr; i++)
+    t->store_write_bytes += wr[i].len;
   if (nwr)
     return d->store->ops->write (d->store, wr, nwr, fua);
   return 0;
 }
 
-int
-s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
-           unsigned flags)
+static int
+write_op (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+          unsigned flags, struct tally *t)
 {
   int r = check_request (d, len, off, ENOSPC);
   if (r || len == 0)
     return r;
   const struct span s = span_of (d, len, off);
+  place (t, &s);
   s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, buf, len, off, &s, flags, "write");
+  r = write_locked (d, buf, len, off, &s, flags, "write", t);
   s4k_unlock (d->locks, s.first, s.last, false);
   return r;
 }
 
-int
-s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+static int
+zero_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
+         struct tally *t)
 {
   int r = check_request (d, len, off, ENOSPC);
   if (r || len == 0)
@@ -347,45 +409,92 @@ s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
   if ((flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
     return -ENOTSUP;
   const struct span s = span_of (d, len, off);
+  place (t, &s);
   s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, NULL, len, off, &s, flags, "zero");
+  r = write_locked (d, NULL, len, off, &s, flags, "zero", t);
   s4k_unlock (d->locks, s.first, s.last, false);
   return r;
 }
 
 /* Trim frees whole physical sectors only: a cut sector at either end is
  * left as it is (a drive cannot unmap part of a sector either). */
-int
-s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+static int
+trim_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
+         struct tally *t)
 {
   int r = check_request (d, len, off, ENOSPC);
   if (r || len == 0)
     return r;
   const struct span s = span_of (d, len, off);
-  if (s.first == s.last && s.head_cut)
-    return 0;
-  uint64_t start = s.head_cut ? s.head_end : off;
-  uint64_t end = s.tail_cut ? s.tail_start : off + len;
-  if (start >= end)
+  place (t, &s);
+  if (s.mid_start == s.mid_end)
     return 0;
   uint64_t first = s.first + s.head_cut, last = s.last - s.tail_cut;
   s4k_lock (d->locks, first, last, false);
-  r = d->store->ops->trim (d->store, end - start, start, flags & S4K_FUA);
+  r = d->store->ops->trim (d->store, s.mid_end - s.mid_start, s.mid_start,
+                           flags & S4K_FUA);
   s4k_unlock (d->locks, first, last, false);
   return r;
+}
+
+/* ---- the public data path: each request is counted ------------------- */
+
+static int
+counted (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
+         int r, const struct tally *t)
+{
+  stats_count (&d->stats, &d->g, op, len, off, r,
+               r == -EINVAL && d->strict && s4k_misaligned (d, len, off), t);
+  return r;
+}
+
+int
+s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+{
+  struct tally t = { 0 };
+  int r = read_op (d, buf, len, off, &t);
+  return counted (d, S4K_OP_READ, len, off, r, &t);
+}
+
+int
+s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+           unsigned flags)
+{
+  struct tally t = { 0 };
+  int r = write_op (d, buf, len, off, flags, &t);
+  return counted (d, S4K_OP_WRITE, len, off, r, &t);
+}
+
+int
+s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+{
+  struct tally t = { 0 };
+  int r = zero_op (d, len, off, flags, &t);
+  return counted (d, S4K_OP_ZERO, len, off, r, &t);
+}
+
+int
+s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+{
+  struct tally t = { 0 };
+  int r = trim_op (d, len, off, flags, &t);
+  return counted (d, S4K_OP_TRIM, len, off, r, &t);
 }
 
 int
 s4k_flush (struct s4k_dev *d)
 {
-  return d->store->ops->flush (d->store);
+  struct tally t = { 0 };
+  return counted (d, S4K_OP_FLUSH, 0, 0, d->store->ops->flush (d->store), &t);
 }
 
 int
 s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off)
 {
   /* Nothing to prefetch from memory; a file store reads ahead itself. */
-  return check_request (d, len, off, EINVAL);
+  struct tally t = { 0 };
+  return counted (d, S4K_OP_CACHE, len, off,
+                  check_request (d, len, off, EINVAL), &t);
 }
 
 /* Clips the store's runs to the request and merges neighbours of the
@@ -407,9 +516,9 @@ clip_extent (void *opaque, uint64_t off, uint64_t len, bool zero)
   return c->fn (c->opaque, s, e - s, zero);
 }
 
-int
-s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
-             s4k_extent_fn *fn, void *opaque)
+static int
+extents_op (struct s4k_dev *d, uint64_t len, uint64_t off,
+            s4k_extent_fn *fn, void *opaque)
 {
   int r = check_request (d, len, off, EINVAL);
   if (r || len == 0)
@@ -420,4 +529,13 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
   struct extent_clip c = { off, off + len, fn, opaque };
   return d->store->ops->extents (d->store, s.tail_end - s.head_start,
                                  s.head_start, clip_extent, &c);
+}
+
+int
+s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
+             s4k_extent_fn *fn, void *opaque)
+{
+  struct tally t = { 0 };
+  return counted (d, S4K_OP_EXTENTS, len, off,
+                  extents_op (d, len, off, fn, opaque), &t);
 }

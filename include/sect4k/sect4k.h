@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define S4K_VERSION "0.1.0"
 
@@ -63,6 +64,10 @@ struct s4k_config {
   const char *file;           /* NULL: memory store */
   bool direct;                /* O_DIRECT */
   bool no_uring;              /* io=sync, or SECT4K_NO_URING=1 */
+  /* Statistics (statsfile=, stats-interval=, stats=). */
+  const char *statsfile;      /* JSON written at close and every interval */
+  uint32_t stats_interval;    /* seconds; 0: at close only */
+  bool stats_summary;         /* human summary to stderr at close */
 };
 
 void s4k_config_init (struct s4k_config *c);
@@ -174,5 +179,53 @@ bool s4k_misaligned (const struct s4k_dev *d, uint64_t len, uint64_t off);
 void s4k_explain_misaligned (const struct s4k_dev *d, const char *op,
                              uint64_t len, uint64_t off,
                              char *buf, size_t buflen);
+
+/* ---- statistics ------------------------------------------------------ */
+
+enum s4k_op {
+  S4K_OP_READ, S4K_OP_WRITE, S4K_OP_ZERO, S4K_OP_TRIM, S4K_OP_FLUSH,
+  S4K_OP_EXTENTS, S4K_OP_CACHE, S4K_NOPS
+};
+extern const char *const s4k_op_names[S4K_NOPS];
+
+/* Request sizes: bucket 0 is < 512 bytes, bucket i >= 1 is
+ * [256 << i, 512 << i); the last bucket takes everything larger. */
+#define S4K_SIZE_BUCKETS 19
+/* Offsets within the physical sector, (off - A) mod P, in buckets of
+ * s4k_stats.offset_bucket bytes (the logical size, or P/64 if larger). */
+#define S4K_OFFSET_BUCKETS 64
+
+struct s4k_op_stats {
+  uint64_t requests, bytes, errors;
+  /* Data ops: how the request sits on the sectors. */
+  uint64_t aligned_physical;    /* starts and ends on physical boundaries */
+  uint64_t aligned_logical;     /* on logical boundaries only: RMW */
+  uint64_t unaligned;           /* off logical boundaries */
+  uint64_t refused;             /* unaligned and strict: EINVAL */
+  uint64_t rmw_sectors;         /* physical sectors read-modify-written */
+  uint64_t rmw_read_bytes;      /* bytes the RMWs read */
+  uint64_t store_write_bytes;   /* bytes written to the store */
+  uint64_t sectors_touched;     /* physical sectors the requests touched */
+  uint64_t extra_sectors;       /* requests touching more sectors than
+                                   their length needs */
+  uint64_t size_hist[S4K_SIZE_BUCKETS];
+  uint64_t offset_hist[S4K_OFFSET_BUCKETS];
+};
+
+struct s4k_stats {
+  double elapsed;               /* seconds since the device opened */
+  uint32_t offset_bucket;       /* bytes per offset_hist bucket */
+  uint32_t offset_buckets;      /* buckets in use: P / offset_bucket */
+  struct s4k_op_stats op[S4K_NOPS];
+};
+
+/* Sums every thread's counters. */
+void s4k_dev_stats (const struct s4k_dev *d, struct s4k_stats *out);
+/* The JSON document (schema in docs/stats.schema.json). */
+int s4k_stats_write_json (const struct s4k_dev *d, FILE *fp);
+/* Writes the JSON to path atomically (temporary file, then rename). */
+int s4k_stats_save (const struct s4k_dev *d, const char *path);
+/* The one-screen human summary. */
+void s4k_stats_print (const struct s4k_dev *d, FILE *fp);
 
 #endif

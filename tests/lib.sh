@@ -1,0 +1,70 @@
+# Shell helpers for the tests: TAP output and an nbdkit running the plugin.
+# Tests source this file; the Makefile exports SECT4K_PLUGIN, SECT4K_BUILD
+# and SECT4K_SAN.
+
+: "${SECT4K_PLUGIN:=$(cd "$(dirname "$0")/../.." && pwd)/sect4k.so}"
+tap_n=0
+tap_failed=0
+ok () {        # ok CONDITION-EXIT-STATUS DESCRIPTION
+  tap_n=$((tap_n + 1))
+  if [ "$1" = 0 ]; then echo "ok $tap_n - $2"
+  else echo "not ok $tap_n - $2"; tap_failed=$((tap_failed + 1)); fi
+}
+diag () { echo "$*" | sed 's/^/# /'; }
+skip_all () { echo "1..0 # SKIP $*"; exit 0; }
+done_testing () { echo "1..$tap_n"; [ "$tap_failed" = 0 ]; }
+need () {      # need COMMAND...: skip the whole test if one is missing
+  for c in "$@"; do
+    command -v "$c" >/dev/null 2>&1 || skip_all "$c is not installed"
+  done
+}
+
+# A sanitizer build of the plugin needs its runtime loaded into nbdkit.
+sanitizer_env () {
+  case "${SECT4K_SAN:-}" in
+    asan) echo "LD_PRELOAD=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
+               "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1" \
+               "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1" ;;
+    tsan) echo "LD_PRELOAD=$(gcc -print-file-name=libtsan.so)" \
+               "TSAN_OPTIONS=halt_on_error=1:exitcode=66" ;;
+  esac
+}
+
+# nbdkit with the sanitizer runtime the plugin build needs.
+nbdkit_san () { env $(sanitizer_env) nbdkit "$@"; }
+
+tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/sect4k-test.XXXXXX")
+nbdkit_pids=
+cleanup () {
+  for p in $nbdkit_pids; do kill "$p" 2>/dev/null; done
+  sleep 0.1
+  rm -rf "$tmpdir"
+}
+trap cleanup EXIT INT TERM
+
+# start_nbdkit NAME [nbdkit options and plugin keys...]: serves the plugin
+# on $tmpdir/NAME.sock, logs to $tmpdir/NAME.log; sets $sock, $pid, $uri.
+start_nbdkit () {
+  name=$1; shift
+  sock=$tmpdir/$name.sock
+  rm -f "$sock" "$tmpdir/$name.pid"
+  env $(sanitizer_env) nbdkit -f -U "$sock" -P "$tmpdir/$name.pid" \
+    "$@" >"$tmpdir/$name.log" 2>&1 &
+  pid=$!
+  nbdkit_pids="$nbdkit_pids $pid"
+  uri="nbd+unix:///?socket=$sock"
+  for _ in $(seq 100); do
+    [ -s "$tmpdir/$name.pid" ] && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  diag "nbdkit $* did not start:"; diag "$(cat "$tmpdir/$name.log")"
+  return 1
+}
+
+# stop_nbdkit: stops the last server and fails if it did not exit cleanly
+# (a sanitizer report makes the exit status non-zero).
+stop_nbdkit () {
+  kill "$pid" 2>/dev/null
+  wait "$pid"
+}

@@ -1,0 +1,211 @@
+/* Concurrency torture: several writers race read-modify-writes on the
+ * same physical sectors, each writer owning one logical slot in every
+ * sector, mixed with aligned whole-sector writes, zeroes and trims.
+ *
+ * The run goes in rounds.  In a round every writer walks the sectors in
+ * the same order (so all writers hammer the same sector at the same
+ * time), writing its own slot of each and now and then writing, zeroing
+ * or trimming the whole sector.  After each round the region is checked.
+ *
+ * Every op is logged with the time it started and ended.  Afterwards each
+ * slot must hold the content of an op that no other op on that slot
+ * started after (real-time order, i.e. a linearisation exists).  A lost
+ * update leaves a slot with content an op later in real time overwrote;
+ * a torn slot has mixed stamps.  Either is a failure. */
+#ifndef S4K_TORTURE_H
+#define S4K_TORTURE_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TORTURE_MAGIC 0x53344b54u       /* "S4KT" */
+#define TORTURE_ALL 0xffffu             /* op covers the whole sector */
+
+enum torture_kind { T_WRITE, T_ZERO };
+
+struct torture_geom {
+  uint64_t base;                /* offset of sector 0: a physical boundary */
+  uint32_t logical, physical;
+  uint32_t nsectors;
+};
+
+struct torture_op {
+  uint32_t sector;
+  uint16_t slot;                /* or TORTURE_ALL */
+  uint8_t kind;
+  uint64_t start, end;          /* ns, CLOCK_MONOTONIC */
+};
+
+struct torture_log {
+  struct torture_op *ops;
+  uint32_t n, cap;
+  uint64_t sub_writes;          /* sub-physical writes and zeroes */
+};
+
+struct stamp {
+  uint32_t magic;
+  uint16_t writer, slot;
+  uint32_t seq, sector;
+};
+
+static inline uint64_t
+torture_now (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static inline uint32_t
+torture_slots (const struct torture_geom *g)
+{
+  return g->physical / g->logical;
+}
+
+/* Starts logging an op; returns its sequence number. */
+static inline uint32_t
+torture_begin (struct torture_log *log, uint32_t sector, uint16_t slot,
+               enum torture_kind kind)
+{
+  if (log->n == log->cap) {
+    log->cap = log->cap ? log->cap * 2 : 4096;
+    log->ops = realloc (log->ops, log->cap * sizeof *log->ops);
+    if (!log->ops)
+      abort ();
+  }
+  if (slot != TORTURE_ALL)
+    log->sub_writes++;
+  log->ops[log->n] = (struct torture_op) { sector, slot, kind,
+                                           torture_now (), 0 };
+  return log->n++;
+}
+
+static inline void
+torture_end (struct torture_log *log, uint32_t seq)
+{
+  log->ops[seq].end = torture_now ();
+}
+
+/* What writer w does to one sector in a round: its own slot, and
+ * sometimes the whole sector too. */
+enum torture_what { DO_WRITE, DO_ZERO, DO_TRIM };
+struct torture_step {
+  uint16_t slot;                /* the writer's slot or TORTURE_ALL */
+  uint8_t what;
+  uint8_t may_trim;
+};
+
+static inline uint64_t
+torture_rand (uint64_t *s)
+{
+  *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
+  return *s;
+}
+
+static inline unsigned
+torture_steps (uint64_t *rng, uint16_t writer, struct torture_step out[2])
+{
+  unsigned n = 0, dice = torture_rand (rng) % 100;
+  out[n++] = (struct torture_step) { writer, dice < 95 ? DO_WRITE : DO_ZERO,
+                                     0 };
+  dice = torture_rand (rng) % 100;
+  if (dice < 6)
+    out[n++] = (struct torture_step) {
+      TORTURE_ALL, dice < 3 ? DO_WRITE : dice < 5 ? DO_ZERO : DO_TRIM,
+      dice & 1 };
+  if (n == 2 && torture_rand (rng) % 2) {   /* either order */
+    struct torture_step t = out[0];
+    out[0] = out[1];
+    out[1] = t;
+  }
+  return n;
+}
+
+/* Fills the bytes an op writes: one stamp repeated through each slot. */
+static inline void
+torture_fill (const struct torture_geom *g, char *buf, uint16_t writer,
+              uint32_t seq, uint32_t sector, uint16_t slot)
+{
+  uint32_t first = slot == TORTURE_ALL ? 0 : slot;
+  uint32_t last = slot == TORTURE_ALL ? torture_slots (g) - 1 : slot;
+  for (uint32_t s = first; s <= last; s++) {
+    struct stamp st = { TORTURE_MAGIC, writer, (uint16_t) s, seq, sector };
+    char *p = buf + (s - first) * g->logical;
+    for (uint32_t i = 0; i < g->logical; i += sizeof st)
+      memcpy (p + i, &st, sizeof st);
+  }
+}
+
+/* Checks the final content of the region (nsectors * physical bytes).
+ * Returns the number of bad slots; describes the first few in msg. */
+static inline unsigned
+torture_verify (const struct torture_geom *g, const char *data,
+                struct torture_log *logs, unsigned nwriters,
+                void (*report) (const char *msg))
+{
+  const uint32_t slots = torture_slots (g);
+  const size_t nslots = (size_t) g->nsectors * slots;
+  uint64_t *maxstart = calloc (nslots, sizeof *maxstart);
+  uint64_t *maxzeroend = calloc (nslots, sizeof *maxzeroend);
+  unsigned bad = 0;
+  char msg[256];
+
+  if (!maxstart || !maxzeroend)
+    abort ();
+  for (unsigned w = 0; w < nwriters; w++)
+    for (uint32_t i = 0; i < logs[w].n; i++) {
+      const struct torture_op *op = &logs[w].ops[i];
+      uint32_t a = op->slot == TORTURE_ALL ? 0 : op->slot;
+      uint32_t b = op->slot == TORTURE_ALL ? slots - 1 : op->slot;
+      for (uint32_t s = a; s <= b; s++) {
+        size_t k = (size_t) op->sector * slots + s;
+        if (op->start > maxstart[k])
+          maxstart[k] = op->start;
+        if (op->kind == T_ZERO && op->end > maxzeroend[k])
+          maxzeroend[k] = op->end;
+      }
+    }
+
+  for (size_t k = 0; k < nslots; k++) {
+    const char *p = data + k * g->logical;
+    uint32_t sector = k / slots, slot = k % slots;
+    const char *why = NULL;
+    struct stamp st;
+    memcpy (&st, p, sizeof st);
+    int allzero = 1;
+    for (uint32_t i = 0; i < g->logical && allzero; i++)
+      allzero = p[i] == 0;
+    if (allzero) {
+      if (maxstart[k] && maxzeroend[k] < maxstart[k])
+        why = "zeroes, but a later write was lost";
+    }
+    else {
+      for (uint32_t i = sizeof st; i < g->logical && !why; i += sizeof st)
+        if (memcmp (p + i, &st, sizeof st) != 0)
+          why = "torn: mixed contents";
+      if (!why && (st.magic != TORTURE_MAGIC || st.writer >= nwriters ||
+                   st.seq >= logs[st.writer].n || st.slot != slot ||
+                   st.sector != sector))
+        why = "content no op wrote";
+      if (!why) {
+        const struct torture_op *op = &logs[st.writer].ops[st.seq];
+        if (op->kind != T_WRITE || op->sector != sector ||
+            (op->slot != TORTURE_ALL && op->slot != slot))
+          why = "content of an op on another slot";
+        else if (op->end < maxstart[k])
+          why = "lost update: a later op's data is gone";
+      }
+    }
+    if (why && bad++ < 5 && report) {
+      snprintf (msg, sizeof msg, "sector %u slot %u: %s", sector, slot, why);
+      report (msg);
+    }
+  }
+  free (maxstart);
+  free (maxzeroend);
+  return bad;
+}
+
+#endif

@@ -1,0 +1,140 @@
+/* Concurrency torture straight on the engine (runs under TSan too):
+ * writers race RMWs of neighbouring logical sectors in the same physical
+ * sectors, mixed with aligned writes, zeroes and trims of those sectors.
+ * See tests/torture.h for the plan and the check. */
+#include <pthread.h>
+#include <stdio.h>
+
+#include "sect4k/sect4k.h"
+#include "tap.h"
+#include "torture.h"
+
+struct run {
+  struct s4k_dev *dev;
+  struct torture_geom g;
+  unsigned nwriters, rounds;
+  pthread_barrier_t barrier;
+  struct torture_log *logs;
+  unsigned errors, bad;
+};
+
+struct writer {
+  struct run *run;
+  uint16_t id;
+  uint64_t rng;
+};
+
+static void
+report (const char *msg)
+{
+  diag ("%s", msg);
+}
+
+/* Between rounds: one thread checks the region while the rest wait. */
+static void
+check_round (struct run *run)
+{
+  size_t len = (size_t) run->g.nsectors * run->g.physical;
+  char *data = malloc (len);
+  if (s4k_read (run->dev, data, len, run->g.base) != 0)
+    run->errors++;
+  else
+    run->bad += torture_verify (&run->g, data, run->logs, run->nwriters,
+                                run->bad ? NULL : report);
+  free (data);
+}
+
+static void *
+run_writer (void *arg)
+{
+  struct writer *w = arg;
+  struct run *run = w->run;
+  const struct torture_geom *g = &run->g;
+  struct torture_log *log = &run->logs[w->id];
+  char *buf = malloc (g->physical);
+
+  for (unsigned round = 0; round < run->rounds; round++) {
+    for (uint32_t sector = 0; sector < g->nsectors; sector++) {
+      struct torture_step step[2];
+      unsigned n = torture_steps (&w->rng, w->id, step);
+      uint64_t soff = g->base + (uint64_t) sector * g->physical;
+      for (unsigned i = 0; i < n; i++) {
+        bool all = step[i].slot == TORTURE_ALL;
+        uint64_t off = all ? soff : soff + (uint64_t) w->id * g->logical;
+        uint64_t len = all ? g->physical : g->logical;
+        uint32_t seq = torture_begin (log, sector, step[i].slot,
+                                      step[i].what == DO_WRITE ? T_WRITE
+                                                               : T_ZERO);
+        int r;
+        if (step[i].what == DO_WRITE) {
+          torture_fill (g, buf, w->id, seq, sector, step[i].slot);
+          r = s4k_write (run->dev, buf, len, off, all ? S4K_FUA : 0);
+        }
+        else if (step[i].what == DO_ZERO)
+          r = s4k_zero (run->dev, len, off,
+                        step[i].may_trim ? S4K_MAY_TRIM : 0);
+        else
+          r = s4k_trim (run->dev, len, off, 0);
+        torture_end (log, seq);
+        if (r)
+          __atomic_add_fetch (&run->errors, 1, __ATOMIC_RELAXED);
+      }
+    }
+    if (pthread_barrier_wait (&run->barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
+      check_round (run);
+    pthread_barrier_wait (&run->barrier);
+  }
+  free (buf);
+  return NULL;
+}
+
+static void
+torture (uint32_t L, uint32_t P, uint32_t A, uint32_t nsectors,
+         unsigned rounds)
+{
+  struct run run = { .g = { A, L, P, nsectors }, .nwriters = P / L,
+                     .rounds = rounds };
+  struct s4k_config c;
+  char err[256];
+
+  s4k_config_init (&c);
+  c.geom = (struct s4k_geometry) { A + (uint64_t) nsectors * P + P, L, P, A };
+  c.max_request = S4K_DEFAULT_MAX_REQUEST;
+  if (s4k_dev_open (&run.dev, &c, err, sizeof err) < 0)
+    bail ("%s", err);
+  run.logs = calloc (run.nwriters, sizeof *run.logs);
+  pthread_barrier_init (&run.barrier, NULL, run.nwriters);
+
+  struct writer *w = calloc (run.nwriters, sizeof *w);
+  pthread_t *t = calloc (run.nwriters, sizeof *t);
+  for (unsigned i = 0; i < run.nwriters; i++) {
+    w[i] = (struct writer) { &run, i, 0x9E3779B97F4A7C15ull * (i + 1) };
+    pthread_create (&t[i], NULL, run_writer, &w[i]);
+  }
+  uint64_t sub = 0;
+  for (unsigned i = 0; i < run.nwriters; i++) {
+    pthread_join (t[i], NULL);
+    sub += run.logs[i].sub_writes;
+    free (run.logs[i].ops);
+  }
+  ok (run.errors == 0, "L=%u P=%u A=%u: %u writers, no request failed",
+      L, P, A, run.nwriters);
+  ok (run.bad == 0, "L=%u P=%u A=%u: %" PRIu64 " sub-physical writes and "
+      "zeroes in %u rounds over %u sectors: %u lost or torn updates",
+      L, P, A, sub, rounds, nsectors, run.bad);
+  pthread_barrier_destroy (&run.barrier);
+  free (run.logs);
+  free (w);
+  free (t);
+  s4k_dev_close (run.dev);
+}
+
+int
+main (void)
+{
+  /* 8 writers x 256 sectors x 100 rounds: 204,800 RMWs. */
+  torture (512, 4096, 3584, 256, 100);
+  torture (1024, 8192, 0, 64, 40);
+  torture (512, 1024, 512, 256, 40);
+  return done_testing ();
+}
