@@ -24,13 +24,14 @@ import tempfile
 import time
 
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
-REPS = int(os.environ.get("BENCH_REPS", "1" if QUICK else "3"))
-RUNTIME = float(os.environ.get("BENCH_RUNTIME", "1" if QUICK else "1.5"))
+REPS = int(os.environ.get("BENCH_REPS", "1" if QUICK else "5"))
+RUNTIME = float(os.environ.get("BENCH_RUNTIME", "1"))
 THREADS = 16                    # nbdkit -t, the same for every contender
 SIZE = "10G"                    # every device
 REGION = 256 << 20              # bytes the timed workloads touch
 QDS = [1, 4, 16, 32] if QUICK else [1, 2, 4, 8, 16, 32]
-SWEEP_RUNTIME = min(RUNTIME, 1.0)
+SWEEP_RUNTIME = min(RUNTIME, 0.7)
+SWEEP_REPS = min(REPS, 3)
 CG_N = 200 if QUICK else 500    # callgrind: requests per job, first pass
 RSS_WRITES = 16384              # 4 KiB writes for the RSS figure (64 MiB)
 
@@ -231,7 +232,7 @@ def qd_sweep(cons, tmp, log):
     names = ["memory", "s4k-512e"]
     wls = {"rand-read-4k": "randread", "rand-write-4k": "randwrite"}
     res = {(w, c): {q: [] for q in QDS} for w in wls for c in names}
-    for rep in range(REPS):
+    for rep in range(SWEEP_REPS):
         servers = {}
         try:
             for c in names:
@@ -367,7 +368,7 @@ def plot(qd, png, tmp):
         "set terminal pngcairo size 800,500 font 'sans,10'",
         "set output '%s'" % png,
         "set title 'IOPS vs queue depth (1 fio job, 4 KiB random, Unix socket, %d cores)'" % os.cpu_count(),
-        "set xlabel 'queue depth'", "set ylabel 'IOPS (median of %d)'" % REPS,
+        "set xlabel 'queue depth'", "set ylabel 'IOPS (median of %d)'" % SWEEP_REPS,
         "set logscale x 2", "set xtics (%s)" % ",".join(map(str, QDS)),
         "set yrange [0:*]", "set key bottom right", "set grid",
         "plot " + plots, ""])
@@ -399,7 +400,9 @@ def report(plugin_note, cons, timed, qd, cg, rs, png_name, machine, tmp):
     L.append("")
     L.append("Every timing is the median of %d interleaved repetitions of "
              "%g s; each server runs `nbdkit -U SOCKET -f -t %d ...` and the "
-             "region is written once before the workloads run. %s" %
+             "region is written once before the workloads run. Targets use "
+             "the median of the per-repetition ratios (each pair ran seconds "
+             "apart), with their range. %s" %
              (REPS, RUNTIME, THREADS, plugin_note))
     L.append("")
     L.append("| contender | server arguments after `nbdkit -U SOCKET -f -t %d` |"
@@ -482,8 +485,9 @@ def report(plugin_note, cons, timed, qd, cg, rs, png_name, machine, tmp):
     L.append("")
     L.append("![IOPS vs queue depth](%s)" % png_name)
     L.append("")
-    L.append("IOPS against queue depth (one fio job, one connection) for "
-             "nbdkit memory and sect4k 512e:")
+    L.append("IOPS against queue depth (one fio job, one connection, median "
+             "of %d runs of %g s) for nbdkit memory and sect4k 512e:" %
+             (SWEEP_REPS, SWEEP_RUNTIME))
     L.append("")
     L.append("| workload | contender | " +
              " | ".join("QD %d" % q for q in QDS) + " |")
@@ -496,42 +500,40 @@ def report(plugin_note, cons, timed, qd, cg, rs, png_name, machine, tmp):
 def targets(cons, timed, cg, rs):
     out = []
 
-    def m(w, c):
-        if c not in timed[w]:
-            return float("nan")
-        return med([r[1] if "1m" in w else r[0] for r in timed[w][c]])
+    def paired(w, c, ref, field):
+        """Per-repetition ratios: a contender and its reference ran a few
+        seconds apart in each repetition, so they share the noise."""
+        if c not in timed[w] or ref not in timed[w]:
+            return []
+        rs = [a[field] / b[field] for a, b in zip(timed[w][c], timed[w][ref])
+              if b[field]]
+        return [r for r in rs if r == r]
 
-    def cpu(w, c):
-        return med([r[2] for r in timed[w].get(c, [])])
-
-    def check(label, num, den, bar, w=None, c=None, ref=None):
-        r = num / den if den else float("nan")
-        if r != r:
+    def check(w, c, ref, bar):
+        label = "%s %s vs %s" % (w, c, ref)
+        rs = paired(w, c, ref, 1 if "1m" in w else 0)
+        if not rs:
             out.append("- n/a    %s: a contender is missing or failed" % label)
             return
-        ok = r >= bar
-        extra = ""
-        if w:       # the CPU cost beside the throughput, as a cross-check
-            extra = "; server CPU/request %.2f×" % (cpu(w, c) / cpu(w, ref))
-        out.append("- %s %s: %.2f× (bar %.2f×%s)" %
-                   ("MET   " if ok else "MISSED", label, r, bar, extra))
+        r = statistics.median(rs)
+        cpu = paired(w, c, ref, 2)
+        out.append("- %s %s: %.2f× (bar %.2f×; per-rep %.2f-%.2f; server "
+                   "CPU/request %.2f×)" %
+                   ("MET   " if r >= bar else "MISSED", label, r, bar,
+                    min(rs), max(rs), med(cpu)))
 
     s4k_mem = [c for c in ("s4k-512n", "s4k-512e", "s4k-4kn") if c in cons]
     for w in ("rand-read-4k", "rand-write-4k"):
         for c in s4k_mem:
-            check("%s %s vs memory" % (w, c), m(w, c), m(w, "memory"), 1.0,
-                  w, c, "memory")
+            check(w, c, "memory", 1.0)
         for c in s4k_mem:
-            check("%s %s vs null" % (w, c), m(w, c), m(w, "null"), 0.8)
+            check(w, c, "null", 0.8)
     for w in ("rand-write-512", "rmw-contention"):
-        check("%s s4k-512e vs memory+bs" % w, m(w, "s4k-512e"),
-              m(w, "memory+bs"), 1.0, w, "s4k-512e", "memory+bs")
-        check("%s s4k-512e vs memory" % w, m(w, "s4k-512e"),
-              m(w, "memory"), 0.85, w, "s4k-512e", "memory")
+        check(w, "s4k-512e", "memory+bs", 1.0)
+        check(w, "s4k-512e", "memory", 0.85)
     for w in ("seq-read-1m", "seq-write-1m"):
         for c in s4k_mem:
-            check("%s %s vs memory" % (w, c), m(w, c), m(w, "memory"), 0.9,
-                  w, c, "memory")
+            check(w, c, "memory", 0.9)
     for c in s4k_mem:
         if c in rs:
             grow, wrote = rs[c]
@@ -546,9 +548,10 @@ def targets(cons, timed, cg, rs):
                        ("MET   " if a <= b else "MISSED", c, a, b))
     if "s4k-file-512e" in cons:
         for w in WORKLOADS:
-            if "s4k-file-512e" in timed[w] and "file" in timed[w]:
+            rs = paired(w, "s4k-file-512e", "file", 1 if "1m" in w else 0)
+            if rs:
                 out.append("- (no bar) %s s4k-file-512e vs nbdkit file: %.2f×"
-                           % (w, m(w, "s4k-file-512e") / m(w, "file")))
+                           % (w, statistics.median(rs)))
     return out
 
 def machine_info(command):
