@@ -7,13 +7,16 @@ on every contender, in a rotating order) and reported as medians and
 ratios.  Instruction counts come from callgrind, RSS from /proc.  The
 results replace the part of BENCHMARKS.md between the bench markers.
 
-Usage: bench.py --plugin ABS_PATH_OF_sect4k.so [--out BENCHMARKS.md]
+Usage: bench.py --plugin PATH_OF_sect4k.so [--out BENCHMARKS.md]
+       bench.py --plugin PATH --profile CONTENDER:WORKLOAD
+         (callgrind_annotate of the server, per request, for one cell)
 Environment: BENCH_QUICK=1 (short run), BENCH_REPS, BENCH_RUNTIME (s).
 """
 import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -306,6 +309,41 @@ def callgrind(cons, tmp, log):
             srv.stop()
     return res
 
+def profile(cons, contender, workload, tmp):
+    """Prints the server's functions by instructions per request."""
+    args, backing, _ = cons[contender]
+    out = os.path.join(tmp, "prof")
+    srv = Server(contender, args, backing, tmp,
+                 wrapper=["valgrind", "--tool=callgrind",
+                          "--callgrind-out-file=" + out + ".%p"])
+    try:
+        if contender != "null":
+            prefill(srv.uri, tmp)
+        ctl = lambda op: subprocess.run(
+            ["callgrind_control", op, str(srv.proc.pid)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        ctl("-z")
+        _, _, ios = fio(srv.uri, WORKLOADS[workload]["opts"], tmp,
+                        timed=False, number_ios=5 * CG_N)
+        ctl("-d")
+        path = "%s.%d.1" % (out, srv.proc.pid)
+        for _ in range(200):
+            if os.path.exists(path):
+                break
+            time.sleep(0.05)
+    finally:
+        srv.stop()
+    ann = subprocess.run(["callgrind_annotate", "--inclusive=no",
+                          "--threshold=98", path], stdout=subprocess.PIPE,
+                         text=True).stdout
+    print("%s %s: %d requests (with connection set-up); instructions per "
+          "request by function:" % (contender, workload, ios))
+    for line in ann.splitlines():
+        m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)", line)
+        if m:
+            print("%8.0f  %s" % (int(m.group(1).replace(",", "")) / ios,
+                                 m.group(2)[:110]))
+
 def rss(cons, tmp, log):
     """{contender: (RSS growth, bytes written)} after RSS_WRITES distinct
     random 4 KiB writes over the whole sparse 10 GiB device."""
@@ -584,8 +622,17 @@ def main():
     ap.add_argument("--plugin", required=True)
     ap.add_argument("--out", default="BENCHMARKS.md")
     ap.add_argument("--command", default="make bench")
+    ap.add_argument("--profile", metavar="CONTENDER:WORKLOAD")
     a = ap.parse_args()
     plugin = os.path.abspath(a.plugin)
+    if a.profile:
+        tmp = tempfile.mkdtemp(prefix="sect4k-bench-", dir="/var/tmp")
+        try:
+            c, w = a.profile.split(":")
+            profile(contenders(plugin, tmp, False), c, w, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     t0 = time.time()
     log = lambda s: print(s, flush=True)
     machine = machine_info(a.command + (" BENCH_QUICK=1" if QUICK else ""))
