@@ -13,6 +13,8 @@
 
 struct s4k_dev {
   struct s4k_geometry g;
+  uint64_t shift;               /* (P - A) mod P: see lib/geometry.c */
+  unsigned pbits;               /* log2 P */
   uint32_t max_request;
   bool strict;
   struct s4k_store *store;
@@ -27,7 +29,9 @@ struct s4k_dev {
 
 static pthread_key_t bounce_key;
 static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
-static _Thread_local struct { char *buf; size_t len; } tl_bounce;
+/* initial-exec: no __tls_get_addr call on the data path of a plugin. */
+#define S4K_TLS _Thread_local __attribute__ ((tls_model ("initial-exec")))
+static S4K_TLS struct { char *buf; size_t len; } tl_bounce;
 
 static void
 bounce_free (void *p)
@@ -70,11 +74,12 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     return -ENOMEM;
   }
   d->g = c->geom;
+  d->shift = (d->g.physical - d->g.alignment) & (d->g.physical - 1);
+  d->pbits = __builtin_ctz (d->g.physical);
   d->max_request = c->max_request;
   d->strict = c->strict;
   d->store = store;
   stats_init (&d->stats, &d->g, c);
-  stats_start (d);
   *out = d;
   return 0;
 }
@@ -92,6 +97,12 @@ s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
   if (!store)
     return -ENOMEM;
   return s4k_dev_new (out, &cfg, store, err, errlen);
+}
+
+void
+s4k_dev_start (struct s4k_dev *d)
+{
+  stats_start (d);
 }
 
 void
@@ -210,12 +221,20 @@ struct span {
 static struct span
 span_of (const struct s4k_dev *d, uint64_t len, uint64_t off)
 {
+  /* The geometry of lib/geometry.c, inlined: this runs for every request. */
   struct span s;
-  uint64_t end = off + len;
-  s.first = s4k_sector_index (&d->g, off);
-  s.last = s4k_sector_index (&d->g, end - 1);
-  s4k_sector_range (&d->g, s.first, &s.head_start, &s.head_end);
-  s4k_sector_range (&d->g, s.last, &s.tail_start, &s.tail_end);
+  const uint64_t end = off + len;
+  s.first = (off + d->shift) >> d->pbits;
+  s.last = (end - 1 + d->shift) >> d->pbits;
+  uint64_t hs = s.first << d->pbits, ts = s.last << d->pbits;
+  s.head_start = hs > d->shift ? hs - d->shift : 0;
+  s.head_end = hs + d->g.physical - d->shift;
+  if (s.head_end > d->g.size)
+    s.head_end = d->g.size;
+  s.tail_start = ts > d->shift ? ts - d->shift : 0;
+  s.tail_end = ts + d->g.physical - d->shift;
+  if (s.tail_end > d->g.size)
+    s.tail_end = d->g.size;
   s.head_cut = off != s.head_start || (s.first == s.last && end != s.head_end);
   s.tail_cut = s.first != s.last && end != s.tail_end;
   s.mid_start = s.head_cut ? s.head_end : off;
@@ -384,34 +403,20 @@ write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
   return 0;
 }
 
+/* A write (data) or zero (data NULL): lock, then write_locked. */
 static int
-write_op (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
-          unsigned flags, struct tally *t)
+modify_op (struct s4k_dev *d, const void *data, uint64_t len, uint64_t off,
+           unsigned flags, struct tally *t)
 {
   int r = check_request (d, len, off, ENOSPC);
   if (r || len == 0)
     return r;
-  const struct span s = span_of (d, len, off);
-  place (t, &s);
-  s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, buf, len, off, &s, flags, "write", t);
-  s4k_unlock (d->locks, s.first, s.last, false);
-  return r;
-}
-
-static int
-zero_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
-         struct tally *t)
-{
-  int r = check_request (d, len, off, ENOSPC);
-  if (r || len == 0)
-    return r;
-  if ((flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
+  if (!data && (flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
     return -ENOTSUP;
   const struct span s = span_of (d, len, off);
   place (t, &s);
   s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, NULL, len, off, &s, flags, "zero", t);
+  r = write_locked (d, data, len, off, &s, flags, data ? "write" : "zero", t);
   s4k_unlock (d->locks, s.first, s.last, false);
   return r;
 }
@@ -461,7 +466,7 @@ s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
            unsigned flags)
 {
   struct tally t = { 0 };
-  int r = write_op (d, buf, len, off, flags, &t);
+  int r = modify_op (d, buf, len, off, flags, &t);
   return counted (d, S4K_OP_WRITE, len, off, r, &t);
 }
 
@@ -469,7 +474,7 @@ int
 s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
 {
   struct tally t = { 0 };
-  int r = zero_op (d, len, off, flags, &t);
+  int r = modify_op (d, NULL, len, off, flags, &t);
   return counted (d, S4K_OP_ZERO, len, off, r, &t);
 }
 

@@ -26,7 +26,7 @@ struct stats_block {
 };
 
 static _Atomic uint64_t next_stats_id = 1;
-static _Thread_local struct {
+static _Thread_local __attribute__ ((tls_model ("initial-exec"))) struct {
   uint64_t id;
   struct stats_block *block;
 } tl_stats;

@@ -54,7 +54,7 @@ struct mem_store {
 static _Atomic uint64_t next_store_id = 1;
 
 /* The slab this thread carves chunks from. */
-static _Thread_local struct {
+static _Thread_local __attribute__ ((tls_model ("initial-exec"))) struct {
   uint64_t store_id;
   char *next, *end;
 } tl_slab;

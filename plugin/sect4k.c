@@ -80,6 +80,14 @@ sect4k_get_ready (void)
   return 0;
 }
 
+/* nbdkit forks into the background after get_ready: threads start here. */
+static int
+sect4k_after_fork (void)
+{
+  s4k_dev_start (dev);
+  return 0;
+}
+
 static void
 sect4k_dump_plugin (void)
 {
@@ -268,6 +276,7 @@ static struct nbdkit_plugin plugin = {
   .config_help = s4k_config_help,
   .magic_config_key = "size",
   .get_ready = sect4k_get_ready,
+  .after_fork = sect4k_after_fork,
   .dump_plugin = sect4k_dump_plugin,
   .open = sect4k_open,
   .close = sect4k_close,

@@ -149,6 +149,10 @@ int s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
 /* Builds the store the config asks for (memory for now), then the device. */
 int s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
                   char *err, size_t errlen);
+/* Starts the device's background work (the periodic statistics saver).
+ * Call it after any fork: threads do not survive one. */
+void s4k_dev_start (struct s4k_dev *d);
+/* Stops it, writes the final statistics, frees everything. */
 void s4k_dev_close (struct s4k_dev *d);
 
 const struct s4k_geometry *s4k_dev_geometry (const struct s4k_dev *d);

@@ -70,6 +70,19 @@ ok("sect4k statistics: 512e: logical 512, physical 4096, alignment offset 3584" 
 if "write amplification" not in log:
     diag(log)
 
+# Without -f nbdkit forks into the background after loading the plugin:
+# the periodic saver must run in the daemon, not die with the parent.
+from tap import PLUGIN, sanitizer_env  # noqa: E402
+dpath = os.path.join(tmp, "daemon.json")
+pidfile = os.path.join(tmp, "daemon.pid")
+env = dict(os.environ, **sanitizer_env())
+subprocess.run(["nbdkit", "-U", os.path.join(tmp, "d.sock"), "-P", pidfile, PLUGIN,
+                "size=1M", "statsfile=" + dpath, "stats-interval=1"], env=env, check=True)
+time.sleep(2.5)
+ok(os.path.exists(dpath), "the periodic statsfile is written by a daemonised nbdkit too")
+with open(pidfile) as f:
+    os.kill(int(f.read()), 15)
+
 tool = os.path.join(top, "scripts", "sect4k-stats")
 png = os.path.join(tmp, "align.png")
 r = subprocess.run([tool, path, "--plot", png], capture_output=True, text=True)
