@@ -179,31 +179,52 @@ s4k_dev_describe (const struct s4k_dev *d, char *buf, size_t len)
 
 /* ---- request checks ---------------------------------------------------- */
 
-bool
-s4k_misaligned (const struct s4k_dev *d, uint64_t len, uint64_t off)
+static bool
+misaligned (const struct s4k_dev *d, uint64_t len, uint64_t off)
 {
   return ((off | len) & (d->g.logical - 1)) != 0;
 }
 
-void
-s4k_explain_misaligned (const struct s4k_dev *d, const char *op,
-                        uint64_t len, uint64_t off, char *buf, size_t buflen)
+/* Reads and writes carry a payload, bounded by the advertised maximum. */
+static bool
+too_long (const struct s4k_dev *d, enum s4k_op op, uint64_t len)
 {
-  snprintf (buf, buflen, "%s at offset %" PRIu64 " length %" PRIu64
-            " refused: offset and length must be multiples of the logical "
-            "sector size %" PRIu32 " (strict=true)",
-            op, off, len, d->g.logical);
+  return (op == S4K_OP_READ || op == S4K_OP_WRITE) && len > d->max_request;
 }
 
-/* 0, or the errno a request outside the device or breaking the logical
- * size rule gets. */
+bool
+s4k_refused (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
+             uint64_t off)
+{
+  return d->strict && op != S4K_OP_FLUSH &&
+         (misaligned (d, len, off) || too_long (d, op, len));
+}
+
+void
+s4k_explain_refusal (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
+                     uint64_t off, char *buf, size_t buflen)
+{
+  if (too_long (d, op, len))
+    snprintf (buf, buflen, "%s at offset %" PRIu64 " length %" PRIu64
+              " refused: longer than the advertised maximum request %" PRIu32
+              " (strict=true)", s4k_op_names[op], off, len, d->max_request);
+  else
+    snprintf (buf, buflen, "%s at offset %" PRIu64 " length %" PRIu64
+              " refused: offset and length must be multiples of the logical "
+              "sector size %" PRIu32 " (strict=true)",
+              s4k_op_names[op], off, len, d->g.logical);
+}
+
+/* 0, or the errno a request outside the device or refused by strict mode
+ * gets. */
 static int
-check_request (const struct s4k_dev *d, uint64_t len, uint64_t off,
-               int range_errno)
+check_request (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
+               uint64_t off)
 {
   if (off > d->g.size || len > d->g.size - off)
-    return -range_errno;
-  if (d->strict && s4k_misaligned (d, len, off))
+    return op == S4K_OP_WRITE || op == S4K_OP_ZERO || op == S4K_OP_TRIM
+           ? -ENOSPC : -EINVAL;
+  if (s4k_refused (d, op, len, off))
     return -EINVAL;
   return 0;
 }
@@ -270,7 +291,7 @@ static int
 read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off,
          struct tally *t)
 {
-  int r = check_request (d, len, off, EINVAL);
+  int r = check_request (d, S4K_OP_READ, len, off);
   if (r || len == 0)
     return r;
 
@@ -408,7 +429,7 @@ static int
 modify_op (struct s4k_dev *d, const void *data, uint64_t len, uint64_t off,
            unsigned flags, struct tally *t)
 {
-  int r = check_request (d, len, off, ENOSPC);
+  int r = check_request (d, data ? S4K_OP_WRITE : S4K_OP_ZERO, len, off);
   if (r || len == 0)
     return r;
   if (!data && (flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
@@ -427,7 +448,7 @@ static int
 trim_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
          struct tally *t)
 {
-  int r = check_request (d, len, off, ENOSPC);
+  int r = check_request (d, S4K_OP_TRIM, len, off);
   if (r || len == 0)
     return r;
   const struct span s = span_of (d, len, off);
@@ -449,7 +470,7 @@ counted (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
          int r, const struct tally *t)
 {
   stats_count (&d->stats, &d->g, op, len, off, r,
-               r == -EINVAL && d->strict && s4k_misaligned (d, len, off), t);
+               r == -EINVAL && s4k_refused (d, op, len, off), t);
   return r;
 }
 
@@ -499,7 +520,7 @@ s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off)
   /* Nothing to prefetch from memory; a file store reads ahead itself. */
   struct tally t = { 0 };
   return counted (d, S4K_OP_CACHE, len, off,
-                  check_request (d, len, off, EINVAL), &t);
+                  check_request (d, S4K_OP_CACHE, len, off), &t);
 }
 
 /* Clips the store's runs to the request and merges neighbours of the
@@ -525,7 +546,7 @@ static int
 extents_op (struct s4k_dev *d, uint64_t len, uint64_t off,
             s4k_extent_fn *fn, void *opaque)
 {
-  int r = check_request (d, len, off, EINVAL);
+  int r = check_request (d, S4K_OP_EXTENTS, len, off);
   if (r || len == 0)
     return r;
   /* The store works in whole sectors, whose boundaries are multiples of

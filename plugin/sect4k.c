@@ -163,13 +163,13 @@ sect4k_can_fast_zero (void *h)
 
 /* Turns an engine result into nbdkit's convention. */
 static int
-result (struct handle *h, int r, const char *op, uint64_t len, uint64_t off)
+result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
 {
   if (r == 0)
     return 0;
-  if (r == -EINVAL && s4k_misaligned (dev, len, off)) {
+  if (r == -EINVAL && s4k_refused (dev, op, len, off)) {
     char msg[256];
-    s4k_explain_misaligned (dev, op, len, off, msg, sizeof msg);
+    s4k_explain_refusal (dev, op, len, off, msg, sizeof msg);
     if (!h->refused_once) {
       h->refused_once = true;
       nbdkit_error ("%s; further refusals on this connection are logged "
@@ -180,7 +180,7 @@ result (struct handle *h, int r, const char *op, uint64_t len, uint64_t off)
   }
   else if (r != -ENOTSUP)
     nbdkit_error ("%s at offset %" PRIu64 " length %" PRIu64 ": %s",
-                  op, off, len, strerror (-r));
+                  s4k_op_names[op], off, len, strerror (-r));
   nbdkit_set_error (-r);
   return -1;
 }
@@ -190,7 +190,7 @@ sect4k_pread (void *h, void *buf, uint32_t count, uint64_t offset,
               uint32_t flags)
 {
   (void) flags;
-  return result (h, s4k_read (dev, buf, count, offset), "read", count, offset);
+  return result (h, s4k_read (dev, buf, count, offset), S4K_OP_READ, count, offset);
 }
 
 static unsigned
@@ -206,35 +206,35 @@ sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
                uint32_t flags)
 {
   return result (h, s4k_write (dev, buf, count, offset, engine_flags (flags)),
-                 "write", count, offset);
+                 S4K_OP_WRITE, count, offset);
 }
 
 static int
 sect4k_zero (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   return result (h, s4k_zero (dev, count, offset, engine_flags (flags)),
-                 "zero", count, offset);
+                 S4K_OP_ZERO, count, offset);
 }
 
 static int
 sect4k_trim (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   return result (h, s4k_trim (dev, count, offset, engine_flags (flags)),
-                 "trim", count, offset);
+                 S4K_OP_TRIM, count, offset);
 }
 
 static int
 sect4k_flush (void *h, uint32_t flags)
 {
   (void) flags;
-  return result (h, s4k_flush (dev), "flush", 0, 0);
+  return result (h, s4k_flush (dev), S4K_OP_FLUSH, 0, 0);
 }
 
 static int
 sect4k_cache (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   (void) flags;
-  return result (h, s4k_cache (dev, count, offset), "cache", count, offset);
+  return result (h, s4k_cache (dev, count, offset), S4K_OP_CACHE, count, offset);
 }
 
 struct extents_ctx {
@@ -259,7 +259,7 @@ sect4k_extents (void *h, uint32_t count, uint64_t offset, uint32_t flags,
 {
   struct extents_ctx c = { extents, flags & NBDKIT_FLAG_REQ_ONE };
   return result (h, s4k_extents (dev, count, offset, add_extent, &c),
-                 "extents", count, offset);
+                 S4K_OP_EXTENTS, count, offset);
 }
 
 static struct nbdkit_plugin plugin = {

@@ -164,8 +164,9 @@ void s4k_dev_set_debug (struct s4k_dev *d, unsigned mask,
  * offset 3584 (lowest aligned LBA 7)". */
 void s4k_dev_describe (const struct s4k_dev *d, char *buf, size_t len);
 
-/* Data path.  -EINVAL: breaks the logical-size rule under strict, or out
- * of range; -ENOTSUP: fast-zero refused; other -errno from the store. */
+/* Data path.  -EINVAL: refused under strict (see s4k_refused), or a read
+ * out of range; -ENOSPC: a write out of range; -ENOTSUP: fast-zero
+ * refused; other -errno from the store. */
 int s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off);
 int s4k_write (struct s4k_dev *d, const void *buf, uint64_t len,
                uint64_t off, unsigned flags);
@@ -176,13 +177,6 @@ int s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off);
 /* Runs are reported at logical granularity. */
 int s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
                  s4k_extent_fn *fn, void *opaque);
-
-/* True if [off, off+len) breaks the logical-size rule. */
-bool s4k_misaligned (const struct s4k_dev *d, uint64_t len, uint64_t off);
-/* One line explaining why a request was refused. */
-void s4k_explain_misaligned (const struct s4k_dev *d, const char *op,
-                             uint64_t len, uint64_t off,
-                             char *buf, size_t buflen);
 
 /* ---- statistics ------------------------------------------------------ */
 
@@ -205,7 +199,7 @@ struct s4k_op_stats {
   uint64_t aligned_physical;    /* starts and ends on physical boundaries */
   uint64_t aligned_logical;     /* on logical boundaries only: RMW */
   uint64_t unaligned;           /* off logical boundaries */
-  uint64_t refused;             /* unaligned and strict: EINVAL */
+  uint64_t refused;             /* refused by strict: EINVAL */
   uint64_t rmw_sectors;         /* physical sectors read-modify-written */
   uint64_t rmw_read_bytes;      /* bytes the RMWs read */
   uint64_t store_write_bytes;   /* bytes written to the store */
@@ -222,6 +216,16 @@ struct s4k_stats {
   uint32_t offset_buckets;      /* buckets in use: P / offset_bucket */
   struct s4k_op_stats op[S4K_NOPS];
 };
+
+/* True if strict mode refuses the request (EINVAL) because it breaks the
+ * advertised block-size constraints: offset or length not a multiple of
+ * the logical size, or a read or write longer than max-request. */
+bool s4k_refused (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
+                  uint64_t off);
+/* One line saying which rule the request broke. */
+void s4k_explain_refusal (const struct s4k_dev *d, enum s4k_op op,
+                          uint64_t len, uint64_t off, char *buf,
+                          size_t buflen);
 
 /* Sums every thread's counters. */
 void s4k_dev_stats (const struct s4k_dev *d, struct s4k_stats *out);
