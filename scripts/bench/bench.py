@@ -27,14 +27,14 @@ import tempfile
 import time
 
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
-REPS = int(os.environ.get("BENCH_REPS", "1" if QUICK else "5"))
-RUNTIME = float(os.environ.get("BENCH_RUNTIME", "1"))
+REPS = int(os.environ.get("BENCH_REPS", "2" if QUICK else "7"))
+RUNTIME = float(os.environ.get("BENCH_RUNTIME", "0.5" if QUICK else "0.8"))
 THREADS = 16                    # nbdkit -t, the same for every contender
 SIZE = "10G"                    # every device
 REGION = 256 << 20              # bytes the timed workloads touch
 QDS = [1, 4, 16, 32] if QUICK else [1, 2, 4, 8, 16, 32]
-SWEEP_RUNTIME = min(RUNTIME, 0.7)
-SWEEP_REPS = min(REPS, 3)
+SWEEP_RUNTIME = min(RUNTIME, 0.5)
+SWEEP_REPS = min(REPS, 5)
 CG_N = 200 if QUICK else 500    # callgrind: requests per job, first pass
 RSS_WRITES = 16384              # 4 KiB writes for the RSS figure (64 MiB)
 
@@ -150,23 +150,47 @@ class Server:
 
 # ---- fio -------------------------------------------------------------------
 
-def fio(uri, opts, tmp, timed=True, number_ios=None, runtime=None):
-    """Runs one fio job set; returns (IOPS, MiB/s, total requests)."""
-    o = dict(ioengine="nbd", uri=uri, group_reporting=1)
-    o.update(opts)
-    jobs8 = o.pop("jobs8", False)
-    if timed:
-        o.update(time_based=1, runtime="%dms" % ((runtime or RUNTIME) * 1000))
+def fio(uri, opts, tmp, number_ios=None):
+    """One untimed run: the region once, or number_ios requests a job.
+    Returns (IOPS, MiB/s, total requests)."""
+    sections = job_sections(uri, opts)
     if number_ios:              # io_size, not number_ios: fio 3.33 ignores
-        o["io_size"] = number_ios * o["bs"]     # number_ios here
-    lines = ["[global]"] + ["%s=%s" % kv for kv in o.items()]
-    if jobs8:                   # one job a 512 B slot of each 4 KiB sector
-        for j in range(8):
-            lines += ["[slot%d]" % j, "offset=%d" % (512 * j)]
-    else:
-        lines += ["[job]"]
-    jobfile = os.path.join(tmp, "job.fio")
-    out = os.path.join(tmp, "fio.json")
+        sections = [dict(sec, io_size=number_ios * sec["bs"])   # number_ios
+                    for sec in sections]                        # here
+    r = fio_groups([sections], tmp, None)[0]
+    if r[0] != r[0]:
+        raise RuntimeError("fio: a job failed (see %s)" % tmp)
+    return r
+
+def prefill(uri, tmp):
+    """Writes the whole region once, so reads read data, not holes."""
+    fio(uri, dict(rw="write", bs=1 << 20, iodepth=4, size=REGION), tmp)
+
+# ---- phases ----------------------------------------------------------------
+
+def job_sections(uri, opts):
+    """fio job sections (lists of option dicts) for one run of a workload."""
+    o = dict(opts, uri=uri)
+    if o.get("zonemode") == "strided":  # one job a 512 B slot of each 4 KiB
+        return [dict(o, offset=512 * j) for j in range(8)]
+    return [o]
+
+def fio_groups(groups, tmp, runtime):
+    """Runs one fio process whose groups run one after another (stonewall),
+    each for `runtime` seconds (or its region once): back to back, so neighbours share the
+    machine's noise, and no start-up between them.  groups: lists of job
+    sections.  Returns (IOPS, MiB/s, requests) for each group."""
+    lines = ["[global]", "ioengine=nbd"]
+    if runtime:
+        lines += ["time_based=1", "runtime=%dms" % (runtime * 1000)]
+    for g, sections in enumerate(groups):
+        for i, sec in enumerate(sections):
+            lines.append("[g%d]" % g)
+            if i == 0:
+                lines.append("stonewall")
+            lines += ["%s=%s" % kv for kv in sec.items()]
+    jobfile = os.path.join(tmp, "groups.fio")
+    out = os.path.join(tmp, "groups.json")
     with open(jobfile, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     r = subprocess.run(["fio", "--output-format=json", "--output=" + out,
@@ -175,59 +199,62 @@ def fio(uri, opts, tmp, timed=True, number_ios=None, runtime=None):
     try:
         with open(out) as fh:
             txt = fh.read()
-        data = json.loads(txt[txt.index("{"):])
+        jobs = json.loads(txt[txt.index("{"):])["jobs"]
     except (OSError, ValueError):
         raise RuntimeError("fio failed: " + r.stdout.strip()[-300:])
-    j = data["jobs"][0]
-    if r.returncode or j.get("error"):
-        raise RuntimeError("fio error %s: %s" % (j.get("error"),
-                                                 r.stdout.strip()[-300:]))
-    iops = j["read"]["iops"] + j["write"]["iops"]
-    mibs = (j["read"]["bw_bytes"] + j["write"]["bw_bytes"]) / 2**20
-    ios = sum(jj["read"]["total_ios"] + jj["write"]["total_ios"]
-              for jj in data["jobs"])
-    return iops, mibs, ios
-
-def prefill(uri, tmp):
-    """Writes the whole region once, so reads read data, not holes."""
-    fio(uri, dict(rw="write", bs=1 << 20, iodepth=4, size=REGION), tmp,
-        timed=False)
-
-# ---- phases ----------------------------------------------------------------
+    if r.returncode:
+        raise RuntimeError("fio: " + r.stdout.strip()[-300:])
+    res = [[0.0, 0.0, 0] for _ in groups]
+    for j in jobs:
+        g = res[int(j["jobname"][1:])]
+        if j.get("error"):
+            g[0] = float("nan")
+        g[0] += j["read"]["iops"] + j["write"]["iops"]
+        g[1] += (j["read"]["bw_bytes"] + j["write"]["bw_bytes"]) / 2**20
+        g[2] += j["read"]["total_ios"] + j["write"]["total_ios"]
+    return [tuple(g) for g in res]
 
 def timed_matrix(cons, tmp, log):
     """{workload: {contender: [(IOPS, MiB/s, server CPU µs/request)
-    per rep]}}"""
-    res = {w: {c: [] for c in cons if applies(w, cons[c][2])}
-           for w in WORKLOADS}
+    per rep]}}.  The CPU figure is the contender's total over all its
+    repetitions (a server only works while its own group runs)."""
     names = list(cons)
-    for rep in range(REPS):
-        servers = {}
-        try:
-            for c in names:
-                servers[c] = Server(c, cons[c][0], cons[c][1], tmp)
-                if c != "null":
-                    prefill(servers[c].uri, tmp)
-            for wi, w in enumerate(WORKLOADS):
-                k = (rep * len(WORKLOADS) + wi) % len(names)
-                for c in names[k:] + names[:k]:     # rotating order
-                    if c not in res[w]:
-                        continue
-                    try:
-                        cpu0 = servers[c].cpu()
-                        iops, mibs, ios = fio(servers[c].uri,
-                                              WORKLOADS[w]["opts"], tmp)
-                        time.sleep(0.05)    # connection threads finish
-                        us = (servers[c].cpu() - cpu0) / ios * 1e6
-                    except RuntimeError as e:
-                        log("  %s %s: %s" % (w, c, e))
-                        iops = mibs = us = float("nan")
-                    res[w][c].append((iops, mibs, us))
-                    log("  rep %d %-15s %-14s %9.0f IOPS %8.1f MiB/s "
-                        "%6.2f µs CPU/req" % (rep + 1, w, c, iops, mibs, us))
-        finally:
-            for s in servers.values():
-                s.stop()
+    res = {}
+    servers = {}
+    try:
+        for c in names:
+            servers[c] = Server(c, cons[c][0], cons[c][1], tmp)
+            if c != "null":
+                prefill(servers[c].uri, tmp)
+        for wi, w in enumerate(WORKLOADS):
+            runs = []               # (contender, rep) in the order they run
+            for rep in range(REPS):
+                k = (rep + wi) % len(names)
+                runs += [(c, rep) for c in names[k:] + names[:k]
+                         if applies(w, cons[c][2])]
+            cpu0 = {c: servers[c].cpu() for c in names}
+            try:
+                out = fio_groups([job_sections(servers[c].uri,
+                                               WORKLOADS[w]["opts"])
+                                  for c, _ in runs], tmp, RUNTIME)
+            except RuntimeError as e:
+                log("  %s: %s" % (w, e))
+                out = [(float("nan"),) * 3 for _ in runs]
+            time.sleep(0.05)        # connection threads finish
+            ios = {}
+            for (c, _), (_, _, n) in zip(runs, out):
+                ios[c] = ios.get(c, 0) + n
+            us = {c: (servers[c].cpu() - cpu0[c]) / ios[c] * 1e6
+                  if ios[c] else float("nan") for c in ios}
+            res[w] = {c: [] for c in ios}
+            for (c, rep), (iops, mibs, _) in zip(runs, out):
+                res[w][c].append((iops, mibs, us[c]))
+            log("  %-15s " % w + "  ".join(
+                "%s %.0f" % (c, med([r[0] for r in res[w][c]]))
+                for c in res[w]))
+    finally:
+        for s in servers.values():
+            s.stop()
     return res
 
 def qd_sweep(cons, tmp, log):
@@ -235,27 +262,26 @@ def qd_sweep(cons, tmp, log):
     names = ["memory", "s4k-512e"]
     wls = {"rand-read-4k": "randread", "rand-write-4k": "randwrite"}
     res = {(w, c): {q: [] for q in QDS} for w in wls for c in names}
-    for rep in range(SWEEP_REPS):
-        servers = {}
-        try:
-            for c in names:
-                servers[c] = Server(c, cons[c][0], None, tmp)
-                prefill(servers[c].uri, tmp)
-            for w, rw in wls.items():
-                for q in QDS:
-                    order = names if (rep + q) % 2 == 0 else names[::-1]
-                    for c in order:
-                        iops, _, _ = fio(servers[c].uri,
-                                         dict(rw=rw, bs=4096, iodepth=q,
-                                              numjobs=1, size=REGION,
-                                              norandommap=1), tmp,
-                                         runtime=SWEEP_RUNTIME)
-                        res[(w, c)][q].append(iops)
-                        log("  rep %d %-14s QD %2d %-9s %9.0f IOPS" %
-                            (rep + 1, w, q, c, iops))
-        finally:
-            for s in servers.values():
-                s.stop()
+    servers = {}
+    try:
+        for c in names:
+            servers[c] = Server(c, cons[c][0], None, tmp)
+            prefill(servers[c].uri, tmp)
+        for w, rw in wls.items():
+            runs = [(q, c) for rep in range(SWEEP_REPS) for q in QDS
+                    for c in (names if (rep + q) % 2 == 0 else names[::-1])]
+            out = fio_groups([[dict(uri=servers[c].uri, rw=rw, bs=4096,
+                                    iodepth=q, numjobs=1, size=REGION,
+                                    norandommap=1)] for q, c in runs],
+                             tmp, SWEEP_RUNTIME)
+            for (q, c), (iops, _, _) in zip(runs, out):
+                res[(w, c)][q].append(iops)
+            log("  %-14s " % w + "  ".join(
+                "%s QD%d %.0f" % (c, q, med(res[(w, c)][q]))
+                for c in names for q in QDS))
+    finally:
+        for s in servers.values():
+            s.stop()
     return res
 
 def callgrind(cons, tmp, log):
@@ -294,11 +320,9 @@ def callgrind(cons, tmp, log):
                 n = CG_N // 8 if wd.get("jobs8") else CG_N
                 if wd["opts"]["bs"] == 1 << 20:
                     n //= 10
-                _, _, ios1 = fio(srv.uri, wd["opts"], tmp, timed=False,
-                                 number_ios=n)
+                _, _, ios1 = fio(srv.uri, wd["opts"], tmp, number_ios=n)
                 ir1 = dump()
-                _, _, ios3 = fio(srv.uri, wd["opts"], tmp, timed=False,
-                                 number_ios=3 * n)
+                _, _, ios3 = fio(srv.uri, wd["opts"], tmp, number_ios=3 * n)
                 ir3 = dump()
                 # Both passes pay the same connection set-up: the
                 # difference is the cost of the extra requests alone.
@@ -324,7 +348,7 @@ def profile(cons, contender, workload, tmp):
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         ctl("-z")
         _, _, ios = fio(srv.uri, WORKLOADS[workload]["opts"], tmp,
-                        timed=False, number_ios=5 * CG_N)
+                        number_ios=5 * CG_N)
         ctl("-d")
         path = "%s.%d.1" % (out, srv.proc.pid)
         for _ in range(200):
@@ -356,7 +380,7 @@ def rss(cons, tmp, log):
             # randommap (fio's default) makes every offset distinct, and
             # randrepeat the same offsets for every contender.
             _, _, ios = fio(srv.uri, dict(rw="randwrite", bs=4096, iodepth=16,
-                                          numjobs=1), tmp, timed=False,
+                                          numjobs=1), tmp,
                             number_ios=RSS_WRITES)
             time.sleep(0.2)
             res[c] = (srv.rss() - before, ios * 4096)
@@ -437,12 +461,14 @@ def report(plugin_note, cons, timed, qd, cg, rs, png_name, machine, tmp):
               machine["kernel"], machine["nbdkit"], machine["fio"],
               machine["valgrind"], machine["load0"], machine["load1"]))
     L.append("")
-    L.append("Every timing is the median of %d interleaved repetitions of "
-             "%g s; each server runs `nbdkit -U SOCKET -f -t %d ...` and the "
-             "region is written once before the workloads run. Targets use "
-             "the median of the per-repetition ratios (each pair ran seconds "
-             "apart), with their range. %s" %
-             (REPS, RUNTIME, THREADS, plugin_note))
+    L.append("Every server runs `nbdkit -U SOCKET -f -t %d ...` for the whole "
+             "run and its region is written once first. Each workload is one "
+             "fio process running %d repetitions of every contender back to "
+             "back (stonewalled groups of %g s, rotating order), so "
+             "neighbours share the machine's noise and nothing starts up in "
+             "between. Medians, and targets on the median of the "
+             "per-repetition ratios with their range. %s" %
+             (THREADS, REPS, RUNTIME, plugin_note))
     L.append("")
     L.append("| contender | server arguments after `nbdkit -U SOCKET -f -t %d` |"
              % THREADS)
@@ -487,8 +513,8 @@ def report(plugin_note, cons, timed, qd, cg, rs, png_name, machine, tmp):
     L.append("")
     L.append("### Server CPU time per request (median µs, user+system)")
     L.append("")
-    L.append("From /proc/PID/stat around each timed run (10 ms ticks); less "
-             "sensitive than IOPS to what else runs on the machine.")
+    L.append("The server's user+system time (/proc/PID/stat) over all its "
+             "repetitions of the workload, divided by the requests it served.")
     L.append("")
     L.append("| workload | " + " | ".join(names) + " |")
     L.append("|---|" + "---|" * len(names))
