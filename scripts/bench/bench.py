@@ -394,21 +394,22 @@ def rss(cons, tmp, log):
 def file_store_works(plugin, tmp):
     """True if sect4k's file= really keeps the data in the file."""
     path = os.path.join(tmp, "probe.img")
+    src = os.path.join(tmp, "probe-src.img")
     with open(path, "wb") as fh:
         fh.truncate(16 << 20)
+    with open(src, "wb") as fh:
+        fh.write(b"\xa5" * (1 << 20))
     try:
         srv = Server("probe", [plugin, "file=" + path, "model=512e"], None, tmp)
     except RuntimeError:
         return False
-    try:
-        r = subprocess.run(["nbdsh", "-u", srv.uri, "-c",
-                            "h.pwrite(b'\\xa5' * 4096, 8192); h.flush()"],
+    try:               # nbdcopy, not nbdsh: python3 may not be Debian's
+        r = subprocess.run(["nbdcopy", src, srv.uri],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     finally:
         srv.stop()
     with open(path, "rb") as fh:
-        fh.seek(8192)
-        return r.returncode == 0 and fh.read(4096) == b"\xa5" * 4096
+        return r.returncode == 0 and fh.read(1 << 20) == b"\xa5" * (1 << 20)
 
 # ---- plot and report ---------------------------------------------------------
 
