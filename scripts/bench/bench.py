@@ -2,14 +2,17 @@
 """sect4k benchmarks beside nbdkit's own plugins, in one run.
 
 Every contender is an nbdkit server on a Unix socket; the client is fio's
-nbd engine.  Timings are interleaved (each repetition runs every workload
-on every contender, in a rotating order) and reported as medians and
-ratios.  Instruction counts come from callgrind, RSS from /proc.  The
-results replace the part of BENCHMARKS.md between the bench markers.
+nbd engine.  Each workload is one fio process whose stonewalled groups run
+every contender in turn, many times over, so pairs share the machine's
+noise; medians and paired ratios are reported.  Instruction counts come
+from callgrind, RSS from /proc.  The results replace the part of
+BENCHMARKS.md between the bench markers; the raw numbers stay in
+build/bench/results.json.
 
 Usage: bench.py --plugin PATH_OF_sect4k.so [--out BENCHMARKS.md]
+       bench.py --plugin PATH --report-only   (rewrite from the raw file)
        bench.py --plugin PATH --profile CONTENDER:WORKLOAD
-         (callgrind_annotate of the server, per request, for one cell)
+         (the server's functions by instructions per request, one cell)
 Environment: BENCH_QUICK=1 (short run), BENCH_REPS, BENCH_RUNTIME (s).
 """
 import argparse
@@ -22,7 +25,6 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -64,7 +66,7 @@ MEMORY_CONTENDERS = ["memory", "memory+bs", "s4k-512n", "s4k-512e", "s4k-4kn"]
 # ---- workloads: fio options beyond ioengine/uri ------------------------------
 
 WORKLOADS = {
-    "rand-read-4k": dict(desc="4 KiB random read, QD 16, 2 jobs", read=True,
+    "rand-read-4k": dict(desc="4 KiB random read, QD 16, 2 jobs",
                          opts=dict(rw="randread", bs=4096, iodepth=16,
                                    numjobs=2, size=REGION, norandommap=1)),
     "rand-write-4k": dict(desc="4 KiB random write, QD 16, 2 jobs",
@@ -81,7 +83,7 @@ WORKLOADS = {
                                      size=REGION // 8, zonemode="strided",
                                      zonerange=4096, zonesize=512,
                                      zoneskip=0)),
-    "seq-read-1m": dict(desc="1 MiB sequential read, QD 4, 1 job", read=True,
+    "seq-read-1m": dict(desc="1 MiB sequential read, QD 4, 1 job",
                         opts=dict(rw="read", bs=1 << 20, iodepth=4, numjobs=1,
                                   size=REGION)),
     "seq-write-1m": dict(desc="1 MiB sequential write, QD 4, 1 job",
@@ -111,8 +113,12 @@ class Server:
         deadline = time.time() + (120 if wrapper else 20)
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("%s: nbdkit exited (%s), see %s" %
-                                   (name, self.proc.returncode, self.log.name))
+                self.log.close()
+                with open(self.log.name, errors="replace") as fh:
+                    why = fh.read().strip()[-500:]
+                raise RuntimeError("%s: %s exited (%s): %s" %
+                                   (name, " ".join(self.argv),
+                                    self.proc.returncode, why))
             try:
                 with socket.socket(socket.AF_UNIX) as s:
                     s.connect(self.sock)
