@@ -1,0 +1,103 @@
+#!/bin/bash
+# Benchmark: sect4k-server against nbdkit + the sect4k plugin, same
+# device, same run.  Usage: server/bench.sh SERVER PLUGIN
+#
+# 1. IOPS: fio's nbd engine over a Unix socket, 4 KiB random read and
+#    random write, queue depth 16, 2 jobs (one connection each), on a
+#    prefilled 512e device.  Runs alternate between the two servers
+#    (REPEATS times each); medians and ratios are printed.
+# 2. Instructions per request: each server under callgrind serves two
+#    fixed request counts; (Ir(N2) - Ir(N1)) / (N2 - N1) removes start-up.
+#
+# Environment: RUNTIME (s per fio run, default 8), REPEATS (default 3),
+# SIZE (default 256M), CG_N1/CG_N2/CG_SIZE (callgrind request counts and
+# device size), OUT (the
+# result file, default build/bench-server.txt).
+set -euo pipefail
+server=$1 plugin=$2
+RUNTIME=${RUNTIME:-8} REPEATS=${REPEATS:-3} SIZE=${SIZE:-256M}
+CG_N1=${CG_N1:-4000} CG_N2=${CG_N2:-20000} CG_SIZE=${CG_SIZE:-16M}
+OUT=${OUT:-build/bench-server.txt}
+for c in fio nbdkit valgrind python3; do
+  command -v $c >/dev/null || { echo "bench: $c is not installed" >&2; exit 1; }
+done
+keys="size=$SIZE model=512e"
+dir=$(mktemp -d /tmp/sect4k-bench.XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
+
+# start KIND [wrapper...]: serves $keys on $dir/sock; sets $pid.
+start () {
+  kind=$1; shift
+  rm -f "$dir/sock"
+  case $kind in
+    server) "$@" "$server" --unix "$dir/sock" $keys 2>"$dir/$kind.log" & ;;
+    nbdkit) "$@" nbdkit -f -U "$dir/sock" "$plugin" $keys 2>"$dir/$kind.log" & ;;
+  esac
+  pid=$!
+  for _ in $(seq 600); do [ -S "$dir/sock" ] && return; sleep 0.05; done
+  echo "bench: $kind did not start: $(cat "$dir/$kind.log")" >&2; exit 1
+}
+stop () { kill -TERM $pid; wait $pid || true; pid=; }
+uri () { echo "nbd+unix:///?socket=$dir/sock"; }
+
+# fio_run RW [extra...]: prints IOPS.
+fio_run () {
+  rw=$1; shift
+  fio --name=b --ioengine=nbd --uri="$(uri)" --rw=$rw --bs=4k --size=$SIZE \
+      --iodepth=16 --numjobs=2 --group_reporting --output-format=json \
+      --output="$dir/fio.json" "$@" >/dev/null
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]
+print(round(j[sys.argv[2]]["iops"]))' "$dir/fio.json" \
+    "$([ "$rw" = randread ] && echo read || echo write)"
+}
+fill () {
+  fio --name=fill --ioengine=nbd --uri="$(uri)" --rw=write --bs=1M --size=$SIZE \
+      --iodepth=4 --output="$dir/fill.json" >/dev/null
+}
+median () { printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"; }
+
+exec > >(tee "$OUT")
+echo "# sect4k-server vs nbdkit $(nbdkit --version | awk '{print $2}') + sect4k plugin"
+echo "# $(date -u +%FT%TZ), $(nproc) CPUs, $(uname -r), device: $keys"
+echo "# fio $(fio --version): 4k, iodepth 16, 2 jobs, ${RUNTIME}s per run, $REPEATS runs each, alternating"
+for rw in randread randwrite; do
+  s_all=() n_all=()
+  for r in $(seq "$REPEATS"); do
+    for kind in server nbdkit; do
+      start $kind
+      fill
+      iops=$(fio_run $rw --time_based --runtime="$RUNTIME")
+      stop
+      if [ $kind = server ]; then s_all+=("$iops"); else n_all+=("$iops"); fi
+      echo "$rw run $r $kind: $iops IOPS"
+    done
+  done
+  s=$(median "${s_all[@]}") n=$(median "${n_all[@]}")
+  echo "$rw median: server $s IOPS, nbdkit $n IOPS, ratio $(python3 -c "print(f'{$s/$n:.2f}')")x"
+done
+
+# Instructions per request under callgrind (randread, QD16, 2 jobs).
+ir () {      # ir KIND N: total instructions of the server for N requests
+  kind=$1 n=$2
+  start $kind valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" -q
+  fill                          # same in both runs: cancels out
+  fio_run randread --number_ios=$((n / 2)) >/dev/null
+  stop
+  total=0
+  for f in "$dir"/cg.*; do
+    t=$(sed -n 's/^summary: *//p;s/^totals: *//p' "$f" | head -1 | awk '{print $1}')
+    total=$((total + t))
+  done
+  rm -f "$dir"/cg.*
+  echo $total
+}
+keys="size=$CG_SIZE model=512e" SIZE=$CG_SIZE
+echo "# callgrind: instructions per 4k random read = (Ir($CG_N2) - Ir($CG_N1)) / $((CG_N2 - CG_N1)), prefilled $CG_SIZE device"
+for kind in server nbdkit; do
+  a=$(ir $kind $CG_N1) b=$(ir $kind $CG_N2)
+  per=$(( (b - a) / (CG_N2 - CG_N1) ))
+  eval "ipr_$kind=$per"
+  echo "$kind: $per instructions per request (Ir $a for $CG_N1, $b for $CG_N2)"
+done
+echo "instructions per request: server/nbdkit = $(python3 -c "print(f'{$ipr_server/$ipr_nbdkit:.2f}')")"

@@ -1,0 +1,975 @@
+/* NBD protocol for one connection: fixed newstyle handshake, then
+ * transmission.  See conn.h for how the event loop drives it. */
+#include <endian.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+
+/* ---- byte order and output ---------------------------------------------- */
+
+static inline void put16 (uint8_t *p, uint16_t v) { v = htobe16 (v); memcpy (p, &v, 2); }
+static inline void put32 (uint8_t *p, uint32_t v) { v = htobe32 (v); memcpy (p, &v, 4); }
+static inline void put64 (uint8_t *p, uint64_t v) { v = htobe64 (v); memcpy (p, &v, 8); }
+static inline uint16_t get16 (const uint8_t *p) { uint16_t v; memcpy (&v, p, 2); return be16toh (v); }
+static inline uint32_t get32 (const uint8_t *p) { uint32_t v; memcpy (&v, p, 4); return be32toh (v); }
+static inline uint64_t get64 (const uint8_t *p) { uint64_t v; memcpy (&v, p, 8); return be64toh (v); }
+
+/* Hangs up at once (protocol violation, allocation failure): the event
+ * loop closes without sending what is left in c->out. */
+static void
+hang_up (struct conn *c, const char *why)
+{
+  if (why)
+    log_msg ("%s: closing the connection: %s", c->name, why);
+  c->state = ST_DONE;
+  c->hangup = true;
+}
+
+/* Appends n bytes to the output and returns where they go; NULL (after
+ * hanging up) when memory runs out. */
+static uint8_t *
+out_grow (struct conn *c, size_t n)
+{
+  struct obuf *b = &c->out;
+  if (b->cap - b->len < n) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap - b->len < n)
+      cap *= 2;
+    uint8_t *p = realloc (b->p, cap);
+    if (!p) {
+      hang_up (c, "out of memory for a reply");
+      return NULL;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  uint8_t *r = b->p + b->len;
+  b->len += n;
+  return r;
+}
+
+/* Copies client bytes into a log-safe string. */
+static void
+printable (char *dst, size_t dstlen, const uint8_t *src, size_t n)
+{
+  size_t i, j = 0;
+  for (i = 0; i < n && j + 4 < dstlen; i++)
+    dst[j++] = src[i] >= 0x20 && src[i] < 0x7f ? src[i] : '?';
+  if (i < n) {
+    memcpy (dst + j, "...", 3);
+    j += 3;
+  }
+  dst[j] = '\0';
+}
+
+/* ---- handshake ---------------------------------------------------------- */
+
+static void
+opt_reply (struct conn *c, uint32_t opt, uint32_t type,
+           const void *data, size_t len)
+{
+  uint8_t *p = out_grow (c, 20 + len);
+  if (!p)
+    return;
+  put64 (p, NBD_REP_MAGIC);
+  put32 (p + 8, opt);
+  put32 (p + 12, type);
+  put32 (p + 16, len);
+  if (len)
+    memcpy (p + 20, data, len);
+}
+
+static void __attribute__ ((format (printf, 4, 5)))
+opt_error (struct conn *c, uint32_t opt, uint32_t type, const char *fmt, ...)
+{
+  char msg[512];
+  va_list ap;
+  va_start (ap, fmt);
+  int n = vsnprintf (msg, sizeof msg, fmt, ap);
+  va_end (ap);
+  if (n < 0)
+    n = 0;
+  if ((size_t) n >= sizeof msg)
+    n = sizeof msg - 1;
+  if (c->cfg->verbose)
+    log_msg ("%s: option %" PRIu32 " refused: %s", c->name, opt, msg);
+  opt_reply (c, opt, type, msg, n);
+}
+
+static uint16_t
+transmission_flags (const struct conn *c)
+{
+  uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_CACHE |
+               NBD_FLAG_CAN_MULTI_CONN;
+  if (c->cfg->readonly)
+    f |= NBD_FLAG_READ_ONLY;
+  else
+    f |= NBD_FLAG_SEND_FUA | NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES |
+         NBD_FLAG_SEND_FAST_ZERO;
+  if (c->structured)
+    f |= NBD_FLAG_SEND_DF;
+  return f;
+}
+
+static bool
+name_ok (const struct conn *c, const uint8_t *name, size_t len)
+{
+  return len == 0 || (strlen (c->cfg->export_name) == len &&
+                      memcmp (c->cfg->export_name, name, len) == 0);
+}
+
+static void
+enter_transmission (struct conn *c)
+{
+  c->transmission = true;
+  c->state = ST_REQUEST;
+  if (c->cfg->verbose)
+    log_msg ("%s: transmission (structured replies %s)", c->name,
+             c->structured ? "on" : "off");
+}
+
+static void
+opt_export_name (struct conn *c, const uint8_t *d, uint32_t len)
+{
+  char name[80];
+  printable (name, sizeof name, d, len);
+  if (len > CONN_MAX_STRING || !name_ok (c, d, len)) {
+    log_msg ("%s: NBD_OPT_EXPORT_NAME: no export named '%s'", c->name, name);
+    hang_up (c, NULL);
+    return;
+  }
+  if (c->cfg->require_block_size) {
+    log_msg ("%s: client used NBD_OPT_EXPORT_NAME, which cannot ask for "
+             "block sizes; refused because require-block-size=true",
+             c->name);
+    hang_up (c, NULL);
+    return;
+  }
+  size_t n = c->no_zeroes ? 10 : 134;
+  uint8_t *p = out_grow (c, n);
+  if (!p)
+    return;
+  memset (p, 0, n);
+  put64 (p, c->cfg->size);
+  put16 (p + 8, transmission_flags (c));
+  enter_transmission (c);
+}
+
+static void
+send_info (struct conn *c, uint32_t opt, uint16_t type, const void *data,
+           size_t len)
+{
+  uint8_t buf[2 + CONN_MAX_STRING];
+  put16 (buf, type);
+  memcpy (buf + 2, data, len);
+  opt_reply (c, opt, NBD_REP_INFO, buf, 2 + len);
+}
+
+/* NBD_OPT_INFO and NBD_OPT_GO. */
+static void
+opt_info_go (struct conn *c, uint32_t opt, const uint8_t *d, uint32_t len)
+{
+  const struct server_cfg *cfg = c->cfg;
+  if (len < 6 || get32 (d) > len - 6) {
+    opt_error (c, opt, NBD_REP_ERR_INVALID, "option data too short");
+    return;
+  }
+  uint32_t namelen = get32 (d);
+  uint16_t nreq = get16 (d + 4 + namelen);
+  if ((uint64_t) 4 + namelen + 2 + 2u * nreq != len) {
+    opt_error (c, opt, NBD_REP_ERR_INVALID,
+               "option length %" PRIu32 " does not match its contents", len);
+    return;
+  }
+  if (namelen > CONN_MAX_STRING) {
+    opt_error (c, opt, NBD_REP_ERR_INVALID, "export name longer than %u bytes",
+               CONN_MAX_STRING);
+    return;
+  }
+  bool want_name = false, want_desc = false, want_bs = false;
+  for (unsigned i = 0; i < nreq; i++) {
+    switch (get16 (d + 4 + namelen + 2 + 2 * i)) {
+    case NBD_INFO_NAME: want_name = true; break;
+    case NBD_INFO_DESCRIPTION: want_desc = true; break;
+    case NBD_INFO_BLOCK_SIZE: want_bs = true; break;
+    default: break;             /* unknown requests are ignored */
+    }
+  }
+  if (!name_ok (c, d + 4, namelen)) {
+    char name[80];
+    printable (name, sizeof name, d + 4, namelen);
+    opt_error (c, opt, NBD_REP_ERR_UNKNOWN, "no export named '%s' (this "
+               "server has one export, '%s')", name, cfg->export_name);
+    return;
+  }
+  if (cfg->require_block_size && !want_bs) {
+    log_msg ("%s: client did not ask for block sizes; refused with "
+             "NBD_REP_ERR_BLOCK_SIZE_REQD (require-block-size=true)", c->name);
+    opt_error (c, opt, NBD_REP_ERR_BLOCK_SIZE_REQD,
+               "this server requires clients to ask for block sizes "
+               "(NBD_INFO_BLOCK_SIZE): requests must be multiples of the "
+               "logical sector size %" PRIu32, cfg->minimum);
+    return;
+  }
+
+  uint8_t exp[10];
+  put64 (exp, cfg->size);
+  put16 (exp + 8, transmission_flags (c));
+  send_info (c, opt, NBD_INFO_EXPORT, exp, sizeof exp);
+  if (want_name)
+    send_info (c, opt, NBD_INFO_NAME, cfg->export_name,
+               strlen (cfg->export_name));
+  if (want_desc)
+    send_info (c, opt, NBD_INFO_DESCRIPTION, cfg->description,
+               strlen (cfg->description));
+  /* Sent even when not asked for: the spec allows it and a client that
+   * knows the field learns the geometry. */
+  uint8_t bs[12];
+  put32 (bs, cfg->minimum);
+  put32 (bs + 4, cfg->preferred);
+  put32 (bs + 8, cfg->maximum);
+  send_info (c, opt, NBD_INFO_BLOCK_SIZE, bs, sizeof bs);
+  opt_reply (c, opt, NBD_REP_ACK, NULL, 0);
+  if (opt == NBD_OPT_GO)
+    enter_transmission (c);
+}
+
+static void
+opt_list (struct conn *c, uint32_t len)
+{
+  if (len != 0) {
+    opt_error (c, NBD_OPT_LIST, NBD_REP_ERR_INVALID,
+               "NBD_OPT_LIST takes no data");
+    return;
+  }
+  const struct server_cfg *cfg = c->cfg;
+  size_t nl = strlen (cfg->export_name), dl = strlen (cfg->description);
+  uint8_t buf[4 + CONN_MAX_STRING + sizeof cfg->description];
+  put32 (buf, nl);
+  memcpy (buf + 4, cfg->export_name, nl);
+  memcpy (buf + 4 + nl, cfg->description, dl);
+  opt_reply (c, NBD_OPT_LIST, NBD_REP_SERVER, buf, 4 + nl + dl);
+  opt_reply (c, NBD_OPT_LIST, NBD_REP_ACK, NULL, 0);
+}
+
+#define BASE_ALLOCATION "base:allocation"
+#define META_ID 1
+
+static void
+meta_reply (struct conn *c, uint32_t opt, uint32_t id)
+{
+  uint8_t buf[4 + sizeof BASE_ALLOCATION];
+  put32 (buf, id);
+  memcpy (buf + 4, BASE_ALLOCATION, sizeof BASE_ALLOCATION - 1);
+  opt_reply (c, opt, NBD_REP_META_CONTEXT, buf, sizeof buf - 1);
+}
+
+/* NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT. */
+static void
+opt_meta (struct conn *c, uint32_t opt, const uint8_t *d, uint32_t len)
+{
+  if (!c->structured) {
+    opt_error (c, opt, NBD_REP_ERR_INVALID,
+               "negotiate structured replies before metadata contexts");
+    return;
+  }
+  if (len < 8 || get32 (d) > len - 8) {
+    opt_error (c, opt, NBD_REP_ERR_INVALID, "option data too short");
+    return;
+  }
+  uint32_t namelen = get32 (d);
+  uint32_t nq = get32 (d + 4 + namelen);
+  uint32_t pos = 8 + namelen;
+  /* Check the whole query list before answering anything. */
+  for (uint32_t i = 0; i < nq; i++) {
+    if (len - pos < 4 || get32 (d + pos) > len - pos - 4) {
+      opt_error (c, opt, NBD_REP_ERR_INVALID,
+                 "query %" PRIu32 " runs past the option data", i);
+      return;
+    }
+    pos += 4 + get32 (d + pos);
+  }
+  if (pos != len) {
+    opt_error (c, opt, NBD_REP_ERR_INVALID,
+               "option length %" PRIu32 " does not match its contents", len);
+    return;
+  }
+  if (!name_ok (c, d + 4, namelen)) {
+    char name[80];
+    printable (name, sizeof name, d + 4, namelen);
+    opt_error (c, opt, NBD_REP_ERR_UNKNOWN, "no export named '%s'", name);
+    return;
+  }
+  bool set = opt == NBD_OPT_SET_META_CONTEXT, found = false;
+  if (set)
+    c->meta_allocation = false;
+  if (!set && nq == 0)
+    found = true;               /* list everything */
+  pos = 8 + namelen;
+  for (uint32_t i = 0; i < nq; i++) {
+    uint32_t ql = get32 (d + pos);
+    const uint8_t *q = d + pos + 4;
+    pos += 4 + ql;
+    bool exact = ql == strlen (BASE_ALLOCATION) &&
+                 memcmp (q, BASE_ALLOCATION, ql) == 0;
+    bool ns = ql == 5 && memcmp (q, "base:", 5) == 0;
+    if (exact || (!set && ns))
+      found = true;
+  }
+  if (found) {
+    meta_reply (c, opt, set ? META_ID : 0);
+    if (set)
+      c->meta_allocation = true;
+  }
+  opt_reply (c, opt, NBD_REP_ACK, NULL, 0);
+}
+
+static void
+handle_option (struct conn *c, uint32_t opt, const uint8_t *d, uint32_t len)
+{
+  switch (opt) {
+  case NBD_OPT_EXPORT_NAME:
+    opt_export_name (c, d, len);
+    break;
+  case NBD_OPT_ABORT:
+    opt_reply (c, opt, NBD_REP_ACK, NULL, 0);
+    c->state = ST_DONE;
+    break;
+  case NBD_OPT_LIST:
+    opt_list (c, len);
+    break;
+  case NBD_OPT_INFO:
+  case NBD_OPT_GO:
+    opt_info_go (c, opt, d, len);
+    break;
+  case NBD_OPT_STRUCTURED_REPLY:
+    if (len != 0)
+      opt_error (c, opt, NBD_REP_ERR_INVALID,
+                 "NBD_OPT_STRUCTURED_REPLY takes no data");
+    else {
+      c->structured = true;
+      opt_reply (c, opt, NBD_REP_ACK, NULL, 0);
+    }
+    break;
+  case NBD_OPT_LIST_META_CONTEXT:
+  case NBD_OPT_SET_META_CONTEXT:
+    opt_meta (c, opt, d, len);
+    break;
+  case NBD_OPT_STARTTLS:
+    opt_error (c, opt, NBD_REP_ERR_UNSUP, "TLS is not supported");
+    break;
+  default:
+    opt_error (c, opt, NBD_REP_ERR_UNSUP, "option %" PRIu32 " is not "
+               "supported", opt);
+    break;
+  }
+}
+
+/* ---- transmission: replies ---------------------------------------------- */
+
+static uint32_t
+nbd_errno (int err)
+{
+  switch (err) {
+  case EPERM: case EROFS: return NBD_EPERM;
+  case EIO: return NBD_EIO;
+  case ENOMEM: return NBD_ENOMEM;
+  case EINVAL: return NBD_EINVAL;
+  case ENOSPC: case EDQUOT: case EFBIG: return NBD_ENOSPC;
+  case EOVERFLOW: return NBD_EOVERFLOW;
+  case ENOTSUP: return NBD_ENOTSUP;
+  case ESHUTDOWN: return NBD_ESHUTDOWN;
+  default: return NBD_EIO;
+  }
+}
+
+static void
+chunk_header (uint8_t *p, uint16_t flags, uint16_t type, uint64_t cookie,
+              uint32_t len)
+{
+  put32 (p, NBD_STRUCTURED_REPLY_MAGIC);
+  put16 (p + 4, flags);
+  put16 (p + 6, type);
+  put64 (p + 8, cookie);
+  put32 (p + 16, len);
+}
+
+static void
+reply_simple (struct conn *c, uint32_t err)
+{
+  uint8_t *p = out_grow (c, 16);
+  if (!p)
+    return;
+  put32 (p, NBD_SIMPLE_REPLY_MAGIC);
+  put32 (p + 4, err);
+  put64 (p + 8, c->cookie);
+}
+
+/* An error reply: a structured error chunk carrying msg when structured
+ * replies are on, else a simple reply.  err is an errno value. */
+static void
+reply_error (struct conn *c, int err, const char *msg)
+{
+  c->stats.errors++;
+  if (!c->structured) {
+    reply_simple (c, nbd_errno (err));
+    return;
+  }
+  size_t ml = strlen (msg);
+  if (ml > CONN_MAX_STRING)
+    ml = CONN_MAX_STRING;
+  uint8_t *p = out_grow (c, 20 + 6 + ml);
+  if (!p)
+    return;
+  chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, c->cookie,
+                6 + ml);
+  put32 (p + 20, nbd_errno (err));
+  put16 (p + 24, ml);
+  memcpy (p + 26, msg, ml);
+}
+
+static void __attribute__ ((format (printf, 3, 4)))
+reply_errorf (struct conn *c, int err, const char *fmt, ...)
+{
+  char msg[512];
+  va_list ap;
+  va_start (ap, fmt);
+  vsnprintf (msg, sizeof msg, fmt, ap);
+  va_end (ap);
+  if (c->cfg->verbose)
+    log_msg ("%s: %s", c->name, msg);
+  reply_error (c, err, msg);
+}
+
+/* Replies to an engine result r (0 or -errno). */
+static void
+reply_result (struct conn *c, int r, enum s4k_op op)
+{
+  if (r == 0) {
+    reply_simple (c, 0);
+    return;
+  }
+  char msg[512];
+  struct s4k_dev *dev = c->cfg->dev;
+  if (r == -EINVAL && s4k_refused (dev, op, c->length, c->offset)) {
+    s4k_explain_refusal (dev, op, c->length, c->offset, msg, sizeof msg);
+    if (!c->refusal_logged || c->cfg->verbose) {
+      log_msg ("%s: %s%s", c->name, msg, c->refusal_logged ? "" :
+               "; further refusals on this connection are not logged");
+      c->refusal_logged = true;
+    }
+  }
+  else {
+    snprintf (msg, sizeof msg, "%s at offset %" PRIu64 " length %" PRIu32
+              ": %s", s4k_op_names[op], c->offset, c->length, strerror (-r));
+    if (r != -ENOTSUP && (r != -EINVAL || c->cfg->verbose))
+      log_msg ("%s: %s", c->name, msg);
+  }
+  reply_error (c, -r, msg);
+}
+
+/* ---- transmission: commands --------------------------------------------- */
+
+/* True if the L bytes at p read as zero.  Comparing the block with
+ * itself shifted by 16 bytes lets memcmp do the work. */
+static bool
+is_zero (const uint8_t *p, size_t n)
+{
+  static const uint8_t zero[16];
+  return memcmp (p, zero, 16) == 0 && memcmp (p, p + 16, n - 16) == 0;
+}
+
+/* Rewrites a read reply in place: the data at base + 28 becomes
+ * alternating OFFSET_DATA and OFFSET_HOLE chunks, holes being whole
+ * logical blocks of zeroes.  Each hole (>= 512 bytes) shrinks to a
+ * 32-byte chunk, so the write position never overtakes the data still
+ * to be read (see the invariant below). */
+static void
+read_chunks (struct conn *c, size_t base, uint32_t len)
+{
+  const uint32_t L = c->cfg->minimum;
+  uint8_t *b = c->out.p + base, *data = b + 28;
+  size_t w = 0, last = 0;
+  uint32_t pos = 0;
+#define BLOCK_ZERO(at) (len - (at) >= L && is_zero (data + (at), L))
+  bool zero = BLOCK_ZERO (0);
+  while (pos < len) {
+    uint32_t end = pos;
+    bool z;
+    do {
+      end = len - end > L ? end + L : len;
+      z = end < len && BLOCK_ZERO (end);
+    } while (end < len && z == zero);
+    /* Invariant: w <= pos + 28, and w <= pos after a hole. */
+    last = w;
+    if (zero) {
+      chunk_header (b + w, 0, NBD_REPLY_TYPE_OFFSET_HOLE, c->cookie, 12);
+      put64 (b + w + 20, c->offset + pos);
+      put32 (b + w + 28, end - pos);
+      w += 32;
+    }
+    else {
+      chunk_header (b + w, 0, NBD_REPLY_TYPE_OFFSET_DATA, c->cookie,
+                    8 + end - pos);
+      put64 (b + w + 20, c->offset + pos);
+      memmove (b + w + 28, data + pos, end - pos);
+      w += 28 + end - pos;
+    }
+    pos = end;
+    zero = z;
+  }
+#undef BLOCK_ZERO
+  put16 (b + last + 4, NBD_REPLY_FLAG_DONE);
+  c->out.len = base + w;
+}
+
+static void
+cmd_read (struct conn *c)
+{
+  const uint32_t len = c->length;
+  size_t base = c->out.len;
+  size_t hdr = c->structured ? 28 : 16;
+  if (c->structured && len == 0) {
+    uint8_t *p = out_grow (c, 20);
+    if (p)
+      chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, c->cookie, 0);
+    return;
+  }
+  uint8_t *p = out_grow (c, hdr + len);
+  if (!p)
+    return;
+  int r = s4k_read (c->cfg->dev, p + hdr, len, c->offset);
+  if (r) {
+    c->out.len = base;
+    reply_result (c, r, S4K_OP_READ);
+    return;
+  }
+  c->stats.bytes_read += len;
+  if (!c->structured) {
+    put32 (p, NBD_SIMPLE_REPLY_MAGIC);
+    put32 (p + 4, 0);
+    put64 (p + 8, c->cookie);
+    return;
+  }
+  bool holes = false;
+  if (!(c->flags & NBD_CMD_FLAG_DF))
+    for (uint32_t at = 0; !holes && len - at >= c->cfg->minimum;
+         at += c->cfg->minimum)
+      holes = is_zero (p + hdr + at, c->cfg->minimum);
+  if (holes)
+    read_chunks (c, base, len);
+  else {
+    chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA,
+                  c->cookie, 8 + len);
+    put64 (p + 20, c->offset);
+  }
+}
+
+/* The payload buffer grows as the bytes arrive, so a client must send
+ * data to make us hold it; never beyond the request (<= the maximum). */
+#define PAYLOAD_STEP (256u * 1024)
+static void
+grow_payload (struct conn *c, size_t need)
+{
+  if (c->payload_cap >= need)
+    return;
+  size_t cap = c->payload_cap * 2;
+  if (cap < need)
+    cap = need;
+  if (cap > c->length)
+    cap = c->length;
+  uint8_t *p = realloc (c->payload, cap);
+  if (!p) {
+    hang_up (c, "out of memory for a write payload");
+    return;
+  }
+  c->payload = p;
+  c->payload_cap = cap;
+}
+
+static void
+cmd_write (struct conn *c)
+{
+  unsigned flags = c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0;
+  int r = s4k_write (c->cfg->dev, c->payload, c->length, c->offset, flags);
+  if (r == 0)
+    c->stats.bytes_written += c->length;
+  reply_result (c, r, S4K_OP_WRITE);
+}
+
+struct status_ctx {
+  uint8_t *d;                   /* descriptors */
+  unsigned n, max;
+};
+
+static int
+add_status (void *opaque, uint64_t off, uint64_t len, bool zero)
+{
+  (void) off;
+  struct status_ctx *s = opaque;
+  uint32_t flags = zero ? NBD_STATE_HOLE | NBD_STATE_ZERO : 0;
+  if (len == 0)
+    return 0;
+  if (s->n > 0 && get32 (s->d + 8 * (s->n - 1) + 4) == flags) {
+    uint8_t *last = s->d + 8 * (s->n - 1);
+    put32 (last, get32 (last) + len);   /* clipped to the request: fits */
+    return 0;
+  }
+  if (s->n == s->max)
+    return 1;                   /* enough: the client asks again */
+  put32 (s->d + 8 * s->n, len);
+  put32 (s->d + 8 * s->n + 4, flags);
+  s->n++;
+  return 0;
+}
+
+static void
+cmd_block_status (struct conn *c)
+{
+  if (!c->meta_allocation) {
+    reply_errorf (c, EINVAL, "block status without a negotiated metadata "
+                  "context (base:allocation)");
+    return;
+  }
+  if (c->length == 0) {
+    reply_errorf (c, EINVAL, "block status of length 0");
+    return;
+  }
+  unsigned max = c->flags & NBD_CMD_FLAG_REQ_ONE ? 1 : CONN_MAX_EXTENTS;
+  size_t base = c->out.len;
+  uint8_t *p = out_grow (c, 24 + 8 * max);
+  if (!p)
+    return;
+  struct status_ctx s = { p + 24, 0, max };
+  int r = s4k_extents (c->cfg->dev, c->length, c->offset, add_status, &s);
+  if (r < 0) {
+    c->out.len = base;
+    reply_result (c, r, S4K_OP_EXTENTS);
+    return;
+  }
+  if (s.n == 0)                 /* cannot happen; stay within the spec */
+    add_status (&s, c->offset, c->length, false);
+  p = c->out.p + base;
+  chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS,
+                c->cookie, 4 + 8 * s.n);
+  put32 (p + 20, META_ID);
+  c->out.len = base + 24 + 8 * s.n;
+}
+
+static const char *const cmd_names[NBD_CMD_COUNT] = {
+  "read", "write", "disconnect", "flush", "trim", "cache", "write zeroes",
+  "block status",
+};
+
+static const uint16_t cmd_flags_allowed[NBD_CMD_COUNT] = {
+  [NBD_CMD_READ] = NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_DF,
+  [NBD_CMD_WRITE] = NBD_CMD_FLAG_FUA,
+  [NBD_CMD_DISC] = NBD_CMD_FLAG_FUA,
+  [NBD_CMD_FLUSH] = NBD_CMD_FLAG_FUA,
+  [NBD_CMD_TRIM] = NBD_CMD_FLAG_FUA,
+  [NBD_CMD_CACHE] = NBD_CMD_FLAG_FUA,
+  [NBD_CMD_WRITE_ZEROES] = NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE |
+                           NBD_CMD_FLAG_FAST_ZERO,
+  [NBD_CMD_BLOCK_STATUS] = NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_REQ_ONE,
+};
+
+/* Checks what the engine does not: command, flags, read-only, size
+ * limit.  Returns 0 or an errno with msg filled. */
+static int
+check_request (struct conn *c, char *msg, size_t len)
+{
+  const struct server_cfg *cfg = c->cfg;
+  if (c->type >= NBD_CMD_COUNT) {
+    snprintf (msg, len, "unknown command %" PRIu16, c->type);
+    return EINVAL;
+  }
+  const char *name = cmd_names[c->type];
+  uint16_t allowed = cmd_flags_allowed[c->type];
+  if (!c->structured)
+    allowed &= ~NBD_CMD_FLAG_DF;
+  if (c->flags & ~allowed) {
+    snprintf (msg, len, "%s: flags 0x%" PRIx16 " not valid for this command",
+              name, c->flags);
+    return EINVAL;
+  }
+  if (cfg->readonly && (c->type == NBD_CMD_WRITE || c->type == NBD_CMD_TRIM ||
+                        c->type == NBD_CMD_WRITE_ZEROES)) {
+    snprintf (msg, len, "%s refused: the export is read-only", name);
+    return EPERM;
+  }
+  if ((c->type == NBD_CMD_READ || c->type == NBD_CMD_WRITE) &&
+      c->length > cfg->maximum) {
+    snprintf (msg, len, "%s of %" PRIu32 " bytes exceeds the maximum "
+              "request size %" PRIu32, name, c->length, cfg->maximum);
+    return EOVERFLOW;
+  }
+  return 0;
+}
+
+static unsigned
+zero_flags (uint16_t f)
+{
+  return (f & NBD_CMD_FLAG_FUA ? S4K_FUA : 0) |
+         (f & NBD_CMD_FLAG_NO_HOLE ? 0 : S4K_MAY_TRIM) |
+         (f & NBD_CMD_FLAG_FAST_ZERO ? S4K_FAST_ZERO : 0);
+}
+
+/* A complete request header has been parsed. */
+static void
+handle_request (struct conn *c)
+{
+  struct s4k_dev *dev = c->cfg->dev;
+  char msg[256];
+  if (c->type < NBD_CMD_COUNT)
+    c->stats.requests[c->type]++;
+  int err = check_request (c, msg, sizeof msg);
+  if (err) {
+    if (c->type == NBD_CMD_WRITE) {
+      if (c->length > CONN_MAX_DISCARD) {
+        hang_up (c, msg);
+        return;
+      }
+      c->discard = c->length;   /* read and drop the payload */
+      c->state = ST_DISCARD;
+    }
+    if (c->cfg->verbose || err == EOVERFLOW)
+      log_msg ("%s: %s", c->name, msg);
+    reply_error (c, err, msg);
+    return;
+  }
+  if (c->stopping) {
+    reply_errorf (c, ESHUTDOWN, "the server is shutting down");
+    if (c->type == NBD_CMD_WRITE) {
+      c->discard = c->length;
+      c->state = ST_DISCARD;
+    }
+    return;
+  }
+
+  switch (c->type) {
+  case NBD_CMD_READ:
+    cmd_read (c);
+    break;
+  case NBD_CMD_WRITE:
+    c->payload_have = 0;
+    c->state = ST_PAYLOAD;
+    grow_payload (c, c->length < PAYLOAD_STEP ? c->length : PAYLOAD_STEP);
+    break;
+  case NBD_CMD_DISC:
+    if (c->cfg->verbose)
+      log_msg ("%s: client disconnected", c->name);
+    c->state = ST_DONE;
+    break;
+  case NBD_CMD_FLUSH:
+    reply_result (c, s4k_flush (dev), S4K_OP_FLUSH);
+    break;
+  case NBD_CMD_TRIM:
+    reply_result (c, s4k_trim (dev, c->length, c->offset,
+                               c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0),
+                  S4K_OP_TRIM);
+    break;
+  case NBD_CMD_CACHE:
+    reply_result (c, s4k_cache (dev, c->length, c->offset), S4K_OP_CACHE);
+    break;
+  case NBD_CMD_WRITE_ZEROES:
+    reply_result (c, s4k_zero (dev, c->length, c->offset,
+                               zero_flags (c->flags)), S4K_OP_ZERO);
+    break;
+  case NBD_CMD_BLOCK_STATUS:
+    cmd_block_status (c);
+    break;
+  }
+}
+
+/* ---- the state machine -------------------------------------------------- */
+
+int
+conn_init (struct conn *c, const struct server_cfg *cfg, const char *name)
+{
+  memset (c, 0, sizeof *c);
+  c->cfg = cfg;
+  c->name = name;
+  c->state = ST_CLIENT_FLAGS;
+  c->in = malloc (CONN_IN_SIZE);
+  if (!c->in)
+    return -1;
+  uint8_t *p = out_grow (c, 18);
+  if (!p) {
+    free (c->in);
+    return -1;
+  }
+  put64 (p, NBD_MAGIC);
+  put64 (p + 8, NBD_IHAVEOPT);
+  put16 (p + 16, NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
+  return 0;
+}
+
+void
+conn_free (struct conn *c)
+{
+  free (c->in);
+  free (c->payload);
+  free (c->out.p);
+  c->in = c->payload = c->out.p = NULL;
+}
+
+void
+conn_recv_area (struct conn *c, uint8_t **p, size_t *len)
+{
+  *p = NULL;
+  *len = 0;
+  if (c->state == ST_DONE || c->stopping || c->out.len >= CONN_OUT_HIGH)
+    return;
+  if (c->state == ST_PAYLOAD && c->in_head == c->in_tail) {
+    /* Straight into the payload buffer: no copy for large writes. */
+    if (c->payload_have == c->payload_cap)
+      grow_payload (c, c->payload_have + 1);
+    if (c->hangup)
+      return;
+    /* The buffer may be larger than this request: never receive past
+     * its end, the next request follows. */
+    size_t room = c->payload_cap < c->length ? c->payload_cap : c->length;
+    c->recv_payload = true;
+    *p = c->payload + c->payload_have;
+    *len = room - c->payload_have;
+    return;
+  }
+  c->recv_payload = false;
+  if (c->in_head > 0) {
+    memmove (c->in, c->in + c->in_head, c->in_tail - c->in_head);
+    c->in_tail -= c->in_head;
+    c->in_head = 0;
+  }
+  *p = c->in + c->in_tail;
+  *len = CONN_IN_SIZE - c->in_tail;
+}
+
+void
+conn_received (struct conn *c, size_t n)
+{
+  if (c->recv_payload)
+    c->payload_have += n;
+  else
+    c->in_tail += n;
+  conn_process (c);
+}
+
+void
+conn_process (struct conn *c)
+{
+  while (c->state != ST_DONE && c->out.len < CONN_OUT_HIGH) {
+    const uint8_t *in = c->in + c->in_head;
+    size_t avail = c->in_tail - c->in_head;
+
+    switch (c->state) {
+    case ST_CLIENT_FLAGS: {
+      if (avail < 4)
+        goto need_more;
+      uint32_t flags = get32 (in);
+      c->in_head += 4;
+      if (flags & ~(uint32_t) (NBD_FLAG_C_FIXED_NEWSTYLE |
+                               NBD_FLAG_C_NO_ZEROES)) {
+        hang_up (c, "unknown client flags");
+        return;
+      }
+      if (!(flags & NBD_FLAG_C_FIXED_NEWSTYLE)) {
+        hang_up (c, "the client does not speak fixed newstyle negotiation, "
+                 "the only one this server offers");
+        return;
+      }
+      c->no_zeroes = flags & NBD_FLAG_C_NO_ZEROES;
+      c->state = ST_OPTION;
+      break;
+    }
+
+    case ST_OPTION: {
+      if (avail < 16)
+        goto need_more;
+      if (get64 (in) != NBD_IHAVEOPT) {
+        hang_up (c, "bad option magic");
+        return;
+      }
+      uint32_t opt = get32 (in + 8), len = get32 (in + 12);
+      if (len > CONN_MAX_OPTION) {
+        if (opt == NBD_OPT_EXPORT_NAME) {
+          hang_up (c, "export name too long");
+          return;
+        }
+        c->in_head += 16;
+        c->option = opt;
+        c->discard = len;
+        c->state = ST_DISCARD;
+        break;
+      }
+      if (avail < 16 + (size_t) len)
+        goto need_more;
+      c->in_head += 16 + len;
+      handle_option (c, opt, in + 16, len);
+      break;
+    }
+
+    case ST_REQUEST:
+      if (avail < 28)
+        goto need_more;
+      if (get32 (in) != NBD_REQUEST_MAGIC) {
+        hang_up (c, "bad request magic");
+        return;
+      }
+      c->flags = get16 (in + 4);
+      c->type = get16 (in + 6);
+      c->cookie = get64 (in + 8);
+      c->offset = get64 (in + 16);
+      c->length = get32 (in + 24);
+      c->in_head += 28;
+      handle_request (c);
+      break;
+
+    case ST_PAYLOAD: {
+      size_t n = c->length - c->payload_have;
+      if (n > avail)
+        n = avail;
+      grow_payload (c, c->payload_have + n);
+      if (c->hangup)
+        return;
+      if (n)
+        memcpy (c->payload + c->payload_have, in, n);
+      c->payload_have += n;
+      c->in_head += n;
+      if (c->payload_have < c->length)
+        goto need_more;
+      c->state = ST_REQUEST;
+      cmd_write (c);
+      break;
+    }
+
+    case ST_DISCARD: {
+      size_t n = avail < c->discard ? avail : c->discard;
+      c->in_head += n;
+      c->discard -= n;
+      if (c->discard > 0)
+        goto need_more;
+      if (c->transmission)
+        c->state = ST_REQUEST;
+      else {
+        c->state = ST_OPTION;
+        opt_error (c, c->option, NBD_REP_ERR_TOO_BIG, "option data longer "
+                   "than %u bytes", CONN_MAX_OPTION);
+      }
+      break;
+    }
+
+    case ST_DONE:
+      return;
+    }
+  }
+  return;
+
+ need_more:
+  if (c->stopping)              /* a partial request is never served */
+    c->state = ST_DONE;
+}

@@ -1,0 +1,112 @@
+/* One NBD connection as a byte-in, byte-out state machine.
+ *
+ * No sockets here: the event loop (loop.c) puts received bytes where
+ * conn_recv_area says, calls conn_received, and sends what accumulates in
+ * c->out.  The fuzzer (fuzz.c) drives the same code with arbitrary bytes.
+ * Requests run on the engine synchronously, in order, inside conn_process. */
+#ifndef SECT4K_SERVER_CONN_H
+#define SECT4K_SERVER_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sect4k/sect4k.h"
+#include "nbd.h"
+
+/* Bounds on what a client can make us hold. */
+#define CONN_MAX_OPTION   16384u     /* option data kept in memory */
+#define CONN_MAX_STRING   4096u      /* names and queries (the spec's limit) */
+#define CONN_IN_SIZE      (64u * 1024 + CONN_MAX_OPTION)
+#define CONN_OUT_HIGH     (256u * 1024)  /* stop parsing above this output */
+#define CONN_MAX_EXTENTS  1024u      /* descriptors in one block status reply */
+/* Oversized writes are read and discarded up to this; beyond, hang up. */
+#define CONN_MAX_DISCARD  (128u << 20)
+
+/* Settings shared by every connection; read-only once serving. */
+struct server_cfg {
+  struct s4k_dev *dev;
+  const char *export_name;        /* "" too always selects it */
+  char description[256];
+  uint64_t size;
+  uint32_t minimum, preferred, maximum;
+  bool readonly;
+  bool require_block_size;
+  bool verbose;
+};
+
+struct conn_stats {
+  uint64_t requests[NBD_CMD_COUNT];
+  uint64_t errors;
+  uint64_t bytes_read, bytes_written;
+};
+
+struct obuf {
+  uint8_t *p;
+  size_t len, cap;
+};
+
+enum conn_state {
+  ST_CLIENT_FLAGS,      /* waiting for the 4-byte client flags */
+  ST_OPTION,            /* waiting for an option header + data */
+  ST_REQUEST,           /* transmission: waiting for a request header */
+  ST_PAYLOAD,           /* receiving a write payload */
+  ST_DISCARD,           /* discarding bytes of a refused option/write */
+  ST_DONE,              /* no more input: flush output, then close */
+};
+
+struct conn {
+  const struct server_cfg *cfg;
+  enum conn_state state;
+  const char *name;               /* peer, for log lines */
+
+  uint8_t *in;                    /* CONN_IN_SIZE bytes */
+  size_t in_head, in_tail;        /* unparsed bytes are in[head, tail) */
+
+  /* The request being received or discarded. */
+  uint16_t flags, type;
+  uint64_t cookie, offset;
+  uint32_t length;
+  uint32_t option;                /* option being discarded */
+  uint8_t *payload;               /* write payload, up to cfg->maximum */
+  size_t payload_cap, payload_have;
+  uint64_t discard;               /* bytes still to discard */
+
+  bool transmission;              /* handshake finished */
+  bool no_zeroes, structured, meta_allocation;
+  bool refusal_logged;
+  bool recv_payload;              /* the receive area is the payload */
+  bool stopping;                  /* server shutdown: no new input */
+  bool hangup;                    /* close without sending what is left */
+
+  struct obuf out;                /* replies not yet handed to the socket */
+  struct conn_stats stats;
+};
+
+/* Queues the greeting.  Returns -1 on allocation failure. */
+int conn_init (struct conn *c, const struct server_cfg *cfg, const char *name);
+void conn_free (struct conn *c);
+
+/* Where the next received bytes go; *len 0 means do not receive now
+ * (output backlog, or no more input wanted). */
+void conn_recv_area (struct conn *c, uint8_t **p, size_t *len);
+/* n bytes arrived at the area conn_recv_area gave; parses and runs what
+ * is complete. */
+void conn_received (struct conn *c, size_t n);
+/* Parses and runs what is complete (after output was drained). */
+void conn_process (struct conn *c);
+
+static inline bool conn_in_handshake (const struct conn *c)
+{
+  return !c->transmission && c->state != ST_DONE;
+}
+/* No more input will be read: send what is in c->out (unless hangup),
+ * then close. */
+static inline bool conn_done (const struct conn *c)
+{
+  return c->state == ST_DONE;
+}
+
+void log_msg (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
+
+#endif

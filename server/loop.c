@@ -1,0 +1,487 @@
+/* Event loops: a few threads, each with its own io_uring, each serving
+ * many connections.  Accept, receive and send are ring operations; the
+ * engine runs inline (conn_process), so no thread is tied to a request. */
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <liburing.h>
+
+#include "server.h"
+
+#define RING_ENTRIES 256
+#define TICK_MS 100                 /* timeout checks */
+#define BIG_BUFFER (4u << 20)       /* output buffers above this are freed */
+
+enum op_kind { OP_ACCEPT, OP_WAKE, OP_RECV, OP_SEND };
+
+struct sconn;
+struct op {
+  enum op_kind kind;
+  struct sconn *sc;
+};
+
+/* A connection with its socket. */
+struct sconn {
+  struct conn c;
+  int fd;
+  struct op recv_op, send_op;
+  bool recv_busy, send_busy;
+  bool closing;                     /* shut down; freed once ops finish */
+  struct obuf sending;              /* handed to the kernel */
+  size_t sent;
+  uint64_t deadline;                /* handshake must end by then (ms) */
+  char name[64];
+  struct sconn *prev, *next;
+};
+
+struct worker {
+  struct server *s;
+  unsigned id;
+  pthread_t thread;
+  struct io_uring ring;
+  int wake_fd;                      /* eventfd: main thread asks to stop */
+  uint64_t wake_value;
+  struct op wake_op, accept_op;
+  bool accept_busy, accept_retry;
+  bool stopping;
+  uint64_t stop_deadline, next_tick;
+  struct sconn *conns;
+  struct conn_stats stats;
+  uint64_t accepted, refused;
+  int init_error;                   /* set before the thread signals ready */
+};
+
+static pthread_mutex_t ready_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ready_cond = PTHREAD_COND_INITIALIZER;
+static unsigned ready_count;
+
+static uint64_t
+now_ms (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct io_uring_sqe *
+get_sqe (struct worker *w)
+{
+  struct io_uring_sqe *sqe = io_uring_get_sqe (&w->ring);
+  if (!sqe) {
+    io_uring_submit (&w->ring);
+    sqe = io_uring_get_sqe (&w->ring);
+  }
+  if (!sqe) {
+    log_msg ("io_uring: submission queue full");
+    abort ();
+  }
+  return sqe;
+}
+
+static void
+arm_accept (struct worker *w)
+{
+  struct io_uring_sqe *sqe = get_sqe (w);
+  io_uring_prep_accept (sqe, w->s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+  io_uring_sqe_set_data (sqe, &w->accept_op);
+  w->accept_busy = true;
+}
+
+static void
+arm_wake (struct worker *w)
+{
+  struct io_uring_sqe *sqe = get_sqe (w);
+  io_uring_prep_read (sqe, w->wake_fd, &w->wake_value, sizeof w->wake_value,
+                      0);
+  io_uring_sqe_set_data (sqe, &w->wake_op);
+}
+
+static void
+cancel_op (struct worker *w, struct op *op)
+{
+  struct io_uring_sqe *sqe = get_sqe (w);
+  io_uring_prep_cancel (sqe, op, 0);
+  io_uring_sqe_set_data (sqe, NULL);
+}
+
+static void
+add_stats (struct conn_stats *to, const struct conn_stats *from)
+{
+  for (int i = 0; i < NBD_CMD_COUNT; i++)
+    to->requests[i] += from->requests[i];
+  to->errors += from->errors;
+  to->bytes_read += from->bytes_read;
+  to->bytes_written += from->bytes_written;
+}
+
+/* Starts closing: the shutdown makes pending operations complete. */
+static void
+start_close (struct sconn *sc)
+{
+  if (!sc->closing) {
+    sc->closing = true;
+    shutdown (sc->fd, SHUT_RDWR);
+  }
+}
+
+static void
+free_if_idle (struct worker *w, struct sconn *sc)
+{
+  if (!sc->closing || sc->recv_busy || sc->send_busy)
+    return;
+  if (w->s->cfg.verbose)
+    log_msg ("%s: closed", sc->name);
+  close (sc->fd);
+  add_stats (&w->stats, &sc->c.stats);
+  conn_free (&sc->c);
+  free (sc->sending.p);
+  if (sc->prev)
+    sc->prev->next = sc->next;
+  else
+    w->conns = sc->next;
+  if (sc->next)
+    sc->next->prev = sc->prev;
+  free (sc);
+  atomic_fetch_sub (&w->s->connections, 1);
+}
+
+/* Starts whatever I/O the connection can do now. */
+static void
+kick (struct worker *w, struct sconn *sc)
+{
+  struct conn *c = &sc->c;
+  if (c->hangup)
+    start_close (sc);
+  if (sc->closing) {
+    free_if_idle (w, sc);
+    return;
+  }
+  if (!sc->send_busy && c->out.len > 0) {
+    struct obuf t = sc->sending;
+    sc->sending = c->out;
+    c->out = t;
+    c->out.len = 0;
+    sc->sent = 0;
+    struct io_uring_sqe *sqe = get_sqe (w);
+    io_uring_prep_send (sqe, sc->fd, sc->sending.p, sc->sending.len,
+                        MSG_NOSIGNAL);
+    io_uring_sqe_set_data (sqe, &sc->send_op);
+    sc->send_busy = true;
+  }
+  if (!sc->recv_busy && !conn_done (c)) {
+    uint8_t *p;
+    size_t len;
+    conn_recv_area (c, &p, &len);
+    if (len > 0) {
+      struct io_uring_sqe *sqe = get_sqe (w);
+      io_uring_prep_recv (sqe, sc->fd, p, len, 0);
+      io_uring_sqe_set_data (sqe, &sc->recv_op);
+      sc->recv_busy = true;
+    }
+  }
+  if (conn_done (c) && !sc->send_busy && c->out.len == 0)
+    start_close (sc);
+  if (sc->closing)
+    free_if_idle (w, sc);
+}
+
+static void
+on_accept (struct worker *w, int res)
+{
+  struct server *s = w->s;
+  w->accept_busy = false;
+  if (res < 0) {
+    if (res != -ECANCELED && !w->stopping) {
+      log_msg ("accept: %s", strerror (-res));
+      w->accept_retry = true;   /* after a tick, not in a tight loop */
+    }
+    return;
+  }
+  if (!w->stopping)
+    arm_accept (w);
+  int fd = res;
+  if (w->stopping ||
+      atomic_fetch_add (&s->connections, 1) >= s->max_connections) {
+    if (!w->stopping) {
+      atomic_fetch_sub (&s->connections, 1);
+      if (w->refused++ == 0 || s->cfg.verbose)
+        log_msg ("connection refused: %u connections already open "
+                 "(--max-connections)", s->max_connections);
+    }
+    close (fd);
+    return;
+  }
+  struct sconn *sc = calloc (1, sizeof *sc);
+  if (!sc) {
+    atomic_fetch_sub (&s->connections, 1);
+    close (fd);
+    return;
+  }
+  sc->fd = fd;
+  sc->recv_op = (struct op) { OP_RECV, sc };
+  sc->send_op = (struct op) { OP_SEND, sc };
+  sc->deadline = now_ms () + (uint64_t) s->handshake_timeout * 1000;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (s->tcp && getpeername (fd, (struct sockaddr *) &ss, &sl) == 0) {
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (ss.ss_family == AF_INET) {
+      struct sockaddr_in *a = (struct sockaddr_in *) &ss;
+      inet_ntop (AF_INET, &a->sin_addr, host, sizeof host);
+      port = ntohs (a->sin_port);
+    }
+    else if (ss.ss_family == AF_INET6) {
+      struct sockaddr_in6 *a = (struct sockaddr_in6 *) &ss;
+      inet_ntop (AF_INET6, &a->sin6_addr, host, sizeof host);
+      port = ntohs (a->sin6_port);
+    }
+    snprintf (sc->name, sizeof sc->name, "%s:%u", host, port);
+    int one = 1;
+    setsockopt (fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  else
+    snprintf (sc->name, sizeof sc->name, "unix#%u.%" PRIu64, w->id,
+              w->accepted);
+  w->accepted++;
+  if (conn_init (&sc->c, &s->cfg, sc->name) == -1) {
+    log_msg ("%s: out of memory", sc->name);
+    close (fd);
+    free (sc);
+    atomic_fetch_sub (&s->connections, 1);
+    return;
+  }
+  if (s->cfg.verbose)
+    log_msg ("%s: connected (worker %u)", sc->name, w->id);
+  sc->next = w->conns;
+  if (w->conns)
+    w->conns->prev = sc;
+  w->conns = sc;
+  kick (w, sc);
+}
+
+static void
+on_recv (struct worker *w, struct sconn *sc, int res)
+{
+  sc->recv_busy = false;
+  if (res > 0 && !sc->closing)
+    conn_received (&sc->c, res);
+  else if (res == -ECANCELED && sc->c.stopping)
+    conn_process (&sc->c);      /* ends it: no partial request is served */
+  else if (!sc->closing) {
+    if (res < 0 && res != -ECONNRESET)
+      log_msg ("%s: receive: %s", sc->name, strerror (-res));
+    else if (w->s->cfg.verbose)
+      log_msg ("%s: the client closed the connection", sc->name);
+    start_close (sc);
+  }
+  kick (w, sc);
+}
+
+static void
+on_send (struct worker *w, struct sconn *sc, int res)
+{
+  sc->send_busy = false;
+  if (res < 0) {
+    if (!sc->closing && res != -EPIPE && res != -ECONNRESET)
+      log_msg ("%s: send: %s", sc->name, strerror (-res));
+    start_close (sc);
+    kick (w, sc);
+    return;
+  }
+  sc->sent += res;
+  if (sc->sent < sc->sending.len && !sc->closing) {
+    struct io_uring_sqe *sqe = get_sqe (w);
+    io_uring_prep_send (sqe, sc->fd, sc->sending.p + sc->sent,
+                        sc->sending.len - sc->sent, MSG_NOSIGNAL);
+    io_uring_sqe_set_data (sqe, &sc->send_op);
+    sc->send_busy = true;
+    return;
+  }
+  sc->sending.len = 0;
+  if (sc->sending.cap > BIG_BUFFER) {
+    free (sc->sending.p);
+    sc->sending = (struct obuf) { NULL, 0, 0 };
+  }
+  conn_process (&sc->c);        /* output had room again */
+  kick (w, sc);
+}
+
+static void
+begin_stop (struct worker *w)
+{
+  w->stopping = true;
+  w->stop_deadline = now_ms () + (uint64_t) w->s->shutdown_grace * 1000;
+  if (w->accept_busy)
+    cancel_op (w, &w->accept_op);
+  for (struct sconn *sc = w->conns, *next; sc; sc = next) {
+    next = sc->next;
+    if (conn_in_handshake (&sc->c))
+      start_close (sc);
+    else {
+      sc->c.stopping = true;
+      if (sc->recv_busy)
+        cancel_op (w, &sc->recv_op);
+      else
+        conn_process (&sc->c);
+    }
+    kick (w, sc);
+  }
+}
+
+static void
+tick (struct worker *w)
+{
+  uint64_t now = now_ms ();
+  if (now < w->next_tick)
+    return;
+  w->next_tick = now + TICK_MS;
+  if (w->accept_retry && !w->stopping) {
+    w->accept_retry = false;
+    arm_accept (w);
+  }
+  for (struct sconn *sc = w->conns, *next; sc; sc = next) {
+    next = sc->next;
+    if (sc->closing)
+      continue;
+    if (w->stopping && now >= w->stop_deadline)
+      start_close (sc);
+    else if (conn_in_handshake (&sc->c) && now >= sc->deadline) {
+      log_msg ("%s: handshake not finished after %u s: connection dropped",
+               sc->name, w->s->handshake_timeout);
+      start_close (sc);
+    }
+    else
+      continue;
+    kick (w, sc);
+  }
+}
+
+static int
+ring_init (struct io_uring *ring)
+{
+  /* One thread submits and reaps: let the kernel skip cross-thread work. */
+  int r = io_uring_queue_init (RING_ENTRIES, ring, IORING_SETUP_SINGLE_ISSUER |
+                               IORING_SETUP_DEFER_TASKRUN);
+  if (r == -EINVAL)
+    r = io_uring_queue_init (RING_ENTRIES, ring, 0);
+  return r;
+}
+
+static void *
+worker_main (void *arg)
+{
+  struct worker *w = arg;
+  int r = ring_init (&w->ring);
+  pthread_mutex_lock (&ready_lock);
+  w->init_error = r;
+  ready_count++;
+  pthread_cond_broadcast (&ready_cond);
+  pthread_mutex_unlock (&ready_lock);
+  if (r < 0)
+    return NULL;
+
+  arm_wake (w);
+  arm_accept (w);
+  while (!w->stopping || w->conns || w->accept_busy) {
+    struct io_uring_cqe *cqe;
+    struct __kernel_timespec ts = { 0, TICK_MS * 1000000LL };
+    r = io_uring_submit_and_wait_timeout (&w->ring, &cqe, 1, &ts, NULL);
+    if (r < 0 && r != -ETIME && r != -EINTR) {
+      log_msg ("io_uring_submit_and_wait: %s", strerror (-r));
+      abort ();
+    }
+    unsigned head, n = 0;
+    io_uring_for_each_cqe (&w->ring, head, cqe) {
+      struct op *op = io_uring_cqe_get_data (cqe);
+      n++;
+      if (!op)
+        continue;               /* a cancel request */
+      switch (op->kind) {
+      case OP_ACCEPT: on_accept (w, cqe->res); break;
+      case OP_WAKE: if (!w->stopping) begin_stop (w); break;
+      case OP_RECV: on_recv (w, op->sc, cqe->res); break;
+      case OP_SEND: on_send (w, op->sc, cqe->res); break;
+      }
+    }
+    io_uring_cq_advance (&w->ring, n);
+    tick (w);
+  }
+  io_uring_queue_exit (&w->ring);
+  return NULL;
+}
+
+int
+serve (struct server *s)
+{
+  struct worker *ws = calloc (s->threads, sizeof *ws);
+  if (!ws) {
+    log_msg ("out of memory");
+    return -1;
+  }
+  sigset_t sigs;
+  sigemptyset (&sigs);
+  sigaddset (&sigs, SIGINT);
+  sigaddset (&sigs, SIGTERM);
+  pthread_sigmask (SIG_BLOCK, &sigs, NULL);   /* inherited by the workers */
+
+  unsigned started = 0;
+  int ret = 0;
+  for (; started < s->threads; started++) {
+    struct worker *w = &ws[started];
+    w->s = s;
+    w->id = started;
+    w->wake_op.kind = OP_WAKE;
+    w->accept_op.kind = OP_ACCEPT;
+    w->wake_fd = eventfd (0, EFD_CLOEXEC);
+    if (w->wake_fd == -1 ||
+        pthread_create (&w->thread, NULL, worker_main, w) != 0) {
+      log_msg ("cannot start event-loop thread: %s", strerror (errno));
+      ret = -1;
+      break;
+    }
+  }
+  pthread_mutex_lock (&ready_lock);
+  while (ready_count < started)
+    pthread_cond_wait (&ready_cond, &ready_lock);
+  pthread_mutex_unlock (&ready_lock);
+  for (unsigned i = 0; i < started; i++)
+    if (ws[i].init_error < 0) {
+      log_msg ("io_uring_queue_init: %s (is io_uring disabled? see "
+               "/proc/sys/kernel/io_uring_disabled)",
+               strerror (-ws[i].init_error));
+      ret = -1;
+    }
+
+  if (ret == 0) {
+    int sig;
+    sigwait (&sigs, &sig);
+    log_msg ("%s: finishing requests in flight and shutting down",
+             strsignal (sig));
+  }
+  uint64_t one = 1;
+  for (unsigned i = 0; i < started; i++)
+    if (write (ws[i].wake_fd, &one, sizeof one) != sizeof one)
+      log_msg ("eventfd write: %s", strerror (errno));
+  for (unsigned i = 0; i < started; i++) {
+    pthread_join (ws[i].thread, NULL);
+    add_stats (&s->stats, &ws[i].stats);
+    s->accepted += ws[i].accepted;
+    s->refused += ws[i].refused;
+    close (ws[i].wake_fd);
+  }
+  free (ws);
+  return ret;
+}

@@ -1,0 +1,378 @@
+/* sect4k-server: the sect4k engine served over NBD without nbdkit.
+ *   sect4k-server size=10G physical=4096 --unix /tmp/s
+ * Parameters are the plugin's (s4k_config_*); options configure serving. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "server.h"
+
+#define PROG "sect4k-server"
+
+void
+log_msg (const char *fmt, ...)
+{
+  char line[1024];
+  va_list ap;
+  va_start (ap, fmt);
+  vsnprintf (line, sizeof line, fmt, ap);
+  va_end (ap);
+  fprintf (stderr, PROG ": %s\n", line);   /* one write per line */
+}
+
+static void
+usage (FILE *f)
+{
+  fprintf (f,
+"Usage: " PROG " [OPTIONS] [SIZE] [KEY=VALUE ...]\n"
+"Serves one sect4k device over NBD (fixed newstyle) using io_uring.\n"
+"\n"
+"Options:\n"
+"  -U, --unix PATH            listen on a Unix socket\n"
+"  -l, --listen HOST:PORT     listen on TCP (default 127.0.0.1:10809);\n"
+"                             only loopback addresses unless --allow-remote\n"
+"      --allow-remote         allow a non-loopback --listen address\n"
+"  -r, --readonly             serve read-only\n"
+"  -e, --export-name NAME     name of the export (default \"\"; \"\" always\n"
+"                             selects it too)\n"
+"  -t, --threads N            event-loop threads (default: CPUs, at most 4)\n"
+"      --max-connections N    open connections at most (default 128)\n"
+"      --handshake-timeout S  drop clients still negotiating after S seconds\n"
+"                             (default 10)\n"
+"      --stats FILE           write request counts at exit (- for stderr)\n"
+"  -v, --verbose              log connections and refused requests\n"
+"  -h, --help                 this text\n"
+"  -V, --version              print the version\n"
+"\n"
+"Parameters (the same as the nbdkit plugin's):\n"
+"%s"
+"require-block-size=BOOL  Refuse clients that do not ask for block sizes\n"
+"                      with NBD_REP_ERR_BLOCK_SIZE_REQD (default false).\n",
+           s4k_config_help);
+}
+
+static int
+parse_uint (const char *opt, const char *s, unsigned min, unsigned max,
+            unsigned *out)
+{
+  char *end;
+  errno = 0;
+  unsigned long v = strtoul (s, &end, 10);
+  if (errno || end == s || *end || v < min || v > max) {
+    fprintf (stderr, PROG ": %s %s: expected a number from %u to %u\n",
+             opt, s, min, max);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static bool
+is_loopback (const struct sockaddr *sa)
+{
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *) sa;
+    return (ntohl (a->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *) sa;
+    if (IN6_IS_ADDR_LOOPBACK (&a->sin6_addr))
+      return true;
+    return IN6_IS_ADDR_V4MAPPED (&a->sin6_addr) &&
+           a->sin6_addr.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+static int
+listen_tcp (const char *spec, bool allow_remote, char *where, size_t wlen)
+{
+  char host[256];
+  const char *colon = strrchr (spec, ':');
+  if (!colon || colon == spec || !colon[1] ||
+      (size_t) (colon - spec) >= sizeof host) {
+    fprintf (stderr, PROG ": --listen %s: expected HOST:PORT, e.g. "
+             "127.0.0.1:10809 or [::1]:10809\n", spec);
+    return -1;
+  }
+  memcpy (host, spec, colon - spec);
+  host[colon - spec] = '\0';
+  char *h = host;
+  if (h[0] == '[' && h[strlen (h) - 1] == ']') {
+    h[strlen (h) - 1] = '\0';
+    h++;
+  }
+  struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+                            .ai_family = AF_UNSPEC,
+                            .ai_socktype = SOCK_STREAM }, *ai;
+  int r = getaddrinfo (h, colon + 1, &hints, &ai);
+  if (r != 0) {
+    fprintf (stderr, PROG ": --listen %s: %s\n", spec, gai_strerror (r));
+    return -1;
+  }
+  if (!is_loopback (ai->ai_addr) && !allow_remote) {
+    fprintf (stderr, PROG ": --listen %s: not a loopback address; add "
+             "--allow-remote to serve other hosts (no authentication, no "
+             "encryption)\n", spec);
+    freeaddrinfo (ai);
+    return -1;
+  }
+  int fd = socket (ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd == -1 ||
+      setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == -1 ||
+      bind (fd, ai->ai_addr, ai->ai_addrlen) == -1 ||
+      listen (fd, SOMAXCONN) == -1) {
+    fprintf (stderr, PROG ": --listen %s: %s\n", spec, strerror (errno));
+    if (fd != -1)
+      close (fd);
+    freeaddrinfo (ai);
+    return -1;
+  }
+  freeaddrinfo (ai);
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  char addr[INET6_ADDRSTRLEN] = "?";
+  unsigned port = 0;
+  getsockname (fd, (struct sockaddr *) &ss, &sl);
+  if (ss.ss_family == AF_INET) {
+    inet_ntop (AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, addr,
+               sizeof addr);
+    port = ntohs (((struct sockaddr_in *) &ss)->sin_port);
+    snprintf (where, wlen, "%s:%u", addr, port);
+  }
+  else {
+    inet_ntop (AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, addr,
+               sizeof addr);
+    port = ntohs (((struct sockaddr_in6 *) &ss)->sin6_port);
+    snprintf (where, wlen, "[%s]:%u", addr, port);
+  }
+  return fd;
+}
+
+/* The socket appears at path only once it listens: bound under a
+ * temporary name, then renamed, so a client never sees ECONNREFUSED. */
+static int
+listen_unix (const char *path, char *where, size_t wlen)
+{
+  struct sockaddr_un sun = { .sun_family = AF_UNIX };
+  char tmp[sizeof sun.sun_path];
+  if (snprintf (tmp, sizeof tmp, "%s.%d.tmp", path, (int) getpid ())
+      >= (int) sizeof tmp) {
+    fprintf (stderr, PROG ": --unix %s: path too long (at most %zu "
+             "bytes)\n", path, sizeof sun.sun_path - 16);
+    return -1;
+  }
+  struct stat st;
+  if (lstat (path, &st) == 0 && !S_ISSOCK (st.st_mode)) {
+    fprintf (stderr, PROG ": --unix %s: exists and is not a socket\n", path);
+    return -1;
+  }
+  strcpy (sun.sun_path, tmp);
+  unlink (tmp);
+  int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd == -1 || bind (fd, (struct sockaddr *) &sun, sizeof sun) == -1 ||
+      listen (fd, SOMAXCONN) == -1 || rename (tmp, path) == -1) {
+    fprintf (stderr, PROG ": --unix %s: %s\n", path, strerror (errno));
+    unlink (tmp);
+    if (fd != -1)
+      close (fd);
+    return -1;
+  }
+  snprintf (where, wlen, "unix:%s", path);
+  return fd;
+}
+
+static int
+write_stats (const char *file, const struct server *s)
+{
+  FILE *f = strcmp (file, "-") == 0 ? stderr : fopen (file, "w");
+  if (!f) {
+    fprintf (stderr, PROG ": --stats %s: %s\n", file, strerror (errno));
+    return -1;
+  }
+  static const char *const names[NBD_CMD_COUNT] = {
+    "read", "write", "disc", "flush", "trim", "cache", "write_zeroes",
+    "block_status",
+  };
+  fprintf (f, "connections=%" PRIu64 "\n", s->accepted);
+  fprintf (f, "connections_refused=%" PRIu64 "\n", s->refused);
+  for (int i = 0; i < NBD_CMD_COUNT; i++)
+    fprintf (f, "requests_%s=%" PRIu64 "\n", names[i], s->stats.requests[i]);
+  fprintf (f, "errors=%" PRIu64 "\n", s->stats.errors);
+  fprintf (f, "bytes_read=%" PRIu64 "\n", s->stats.bytes_read);
+  fprintf (f, "bytes_written=%" PRIu64 "\n", s->stats.bytes_written);
+  if (f != stderr && fclose (f) != 0) {
+    fprintf (stderr, PROG ": --stats %s: %s\n", file, strerror (errno));
+    return -1;
+  }
+  return 0;
+}
+
+int
+main (int argc, char **argv)
+{
+  enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_STATS };
+  static const struct option longopts[] = {
+    { "unix", required_argument, NULL, 'U' },
+    { "listen", required_argument, NULL, 'l' },
+    { "allow-remote", no_argument, NULL, OPT_ALLOW_REMOTE },
+    { "readonly", no_argument, NULL, 'r' },
+    { "export-name", required_argument, NULL, 'e' },
+    { "threads", required_argument, NULL, 't' },
+    { "max-connections", required_argument, NULL, OPT_MAX_CONN },
+    { "handshake-timeout", required_argument, NULL, OPT_HS_TIMEOUT },
+    { "stats", required_argument, NULL, OPT_STATS },
+    { "verbose", no_argument, NULL, 'v' },
+    { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, 'V' },
+    { NULL, 0, NULL, 0 },
+  };
+  static struct server s;       /* large; zeroed */
+  const char *unix_path = NULL, *listen_spec = NULL, *stats_file = NULL;
+  bool allow_remote = false;
+  long ncpu = sysconf (_SC_NPROCESSORS_ONLN);
+  s.threads = ncpu < 1 ? 1 : ncpu > 4 ? 4 : ncpu;
+  s.max_connections = 128;
+  s.handshake_timeout = 10;
+  s.shutdown_grace = 5;
+  s.cfg.export_name = "";
+
+  int o;
+  while ((o = getopt_long (argc, argv, "U:l:re:t:vhV", longopts, NULL)) != -1) {
+    switch (o) {
+    case 'U': unix_path = optarg; break;
+    case 'l': listen_spec = optarg; break;
+    case OPT_ALLOW_REMOTE: allow_remote = true; break;
+    case 'r': s.cfg.readonly = true; break;
+    case 'e':
+      if (strlen (optarg) > 256) {
+        fprintf (stderr, PROG ": --export-name: longer than 256 bytes\n");
+        return 1;
+      }
+      s.cfg.export_name = optarg;
+      break;
+    case 't':
+      if (parse_uint ("--threads", optarg, 1, 64, &s.threads) == -1)
+        return 1;
+      break;
+    case OPT_MAX_CONN:
+      if (parse_uint ("--max-connections", optarg, 1, 65536,
+                      &s.max_connections) == -1)
+        return 1;
+      break;
+    case OPT_HS_TIMEOUT:
+      if (parse_uint ("--handshake-timeout", optarg, 1, 3600,
+                      &s.handshake_timeout) == -1)
+        return 1;
+      break;
+    case OPT_STATS: stats_file = optarg; break;
+    case 'v': s.cfg.verbose = true; break;
+    case 'h': usage (stdout); return 0;
+    case 'V': printf (PROG " %s\n", S4K_VERSION); return 0;
+    default:
+      fprintf (stderr, PROG ": try --help\n");
+      return 1;
+    }
+  }
+  if (unix_path && listen_spec) {
+    fprintf (stderr, PROG ": give --unix or --listen, not both\n");
+    return 1;
+  }
+
+  struct s4k_config cfg;
+  char err[512];
+  s4k_config_init (&cfg);
+  for (int i = optind; i < argc; i++) {
+    const char *arg = argv[i], *eq = strchr (arg, '=');
+    char key[64];
+    if (!eq) {                  /* like nbdkit's magic key: the size */
+      if (i != optind) {
+        fprintf (stderr, PROG ": %s: expected KEY=VALUE\n", arg);
+        return 1;
+      }
+      snprintf (key, sizeof key, "size");
+      eq = arg - 1;
+    }
+    else if ((size_t) (eq - arg) >= sizeof key) {
+      fprintf (stderr, PROG ": %s: unknown parameter\n", arg);
+      return 1;
+    }
+    else {
+      memcpy (key, arg, eq - arg);
+      key[eq - arg] = '\0';
+    }
+    if (strcmp (key, "require-block-size") == 0) {
+      if (s4k_parse_bool (eq + 1, &s.cfg.require_block_size) == -1) {
+        fprintf (stderr, PROG ": require-block-size=%s: expected true or "
+                 "false\n", eq + 1);
+        return 1;
+      }
+      continue;
+    }
+    if (s4k_config_set (&cfg, key, eq + 1, err, sizeof err) == -1) {
+      fprintf (stderr, PROG ": %s\n", err);
+      return 1;
+    }
+  }
+  cfg.readonly = s.cfg.readonly;
+  if (s4k_config_finish (&cfg, err, sizeof err) == -1) {
+    fprintf (stderr, PROG ": %s\n", err);
+    return 1;
+  }
+  struct s4k_dev *dev;
+  if (s4k_dev_open (&dev, &cfg, err, sizeof err) < 0) {
+    fprintf (stderr, PROG ": %s\n", err);
+    return 1;
+  }
+  s4k_dev_start (dev);
+  const struct s4k_geometry *g = s4k_dev_geometry (dev);
+  s.cfg.dev = dev;
+  s.cfg.size = g->size;
+  s.cfg.minimum = g->logical;
+  s.cfg.preferred = g->physical;
+  s.cfg.maximum = s4k_dev_max_request (dev);
+  s4k_dev_describe (dev, s.cfg.description, sizeof s.cfg.description);
+
+  char where[300];
+  if (unix_path)
+    s.listen_fd = listen_unix (unix_path, where, sizeof where);
+  else {
+    s.tcp = true;
+    s.listen_fd = listen_tcp (listen_spec ? listen_spec : "127.0.0.1:10809",
+                              allow_remote, where, sizeof where);
+  }
+  if (s.listen_fd == -1) {
+    s4k_dev_close (dev);
+    return 1;
+  }
+  log_msg ("serving %s, size %" PRIu64 "%s on %s (%u threads)",
+           s.cfg.description, s.cfg.size, s.cfg.readonly ? ", read-only" : "",
+           where, s.threads);
+
+  int ret = serve (&s) == 0 ? 0 : 1;
+  close (s.listen_fd);
+  if (unix_path)
+    unlink (unix_path);
+  int r = s4k_flush (dev);
+  if (r < 0) {
+    log_msg ("flush at exit: %s", strerror (-r));
+    ret = 1;
+  }
+  if (stats_file && write_stats (stats_file, &s) == -1)
+    ret = 1;
+  s4k_dev_close (dev);
+  return ret;
+}

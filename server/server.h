@@ -1,0 +1,28 @@
+/* sect4k-server: what main.c sets up and loop.c serves. */
+#ifndef SECT4K_SERVER_H
+#define SECT4K_SERVER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "conn.h"
+
+struct server {
+  struct server_cfg cfg;
+  int listen_fd;
+  bool tcp;                         /* TCP_NODELAY on accepted sockets */
+  unsigned threads;                 /* event-loop threads, one ring each */
+  unsigned max_connections;
+  unsigned handshake_timeout;       /* seconds */
+  unsigned shutdown_grace;          /* seconds to flush replies on exit */
+  atomic_uint connections;          /* open now */
+  struct conn_stats stats;          /* summed when serve returns */
+  uint64_t accepted, refused;
+};
+
+/* Starts the event-loop threads, serves until SIGINT or SIGTERM, then
+ * finishes what is in flight and returns.  -1 if the loops cannot start
+ * (message logged). */
+int serve (struct server *s);
+
+#endif

@@ -1,0 +1,60 @@
+#!/bin/bash
+# sect4k-server takes exactly the plugin's keys: every bad parameter or
+# option stops it with exit 1 and one line naming it; --help lists the
+# keys; the magic size works; the defaults match the plugin's.
+. "$(dirname "$0")/../lib.sh"
+need nbdinfo
+server=${SECT4K_SERVER:-$(dirname "$0")/../../sect4k-server}
+[ -x "$server" ] || skip_all "$server is not built"
+
+# bad EXPECTED-SUBSTRING ARGS...: exit 1, one line, naming the problem.
+bad () {
+  want=$1; shift
+  out=$(timeout 10 "$server" "$@" 2>&1)
+  st=$?
+  lines=$(printf '%s\n' "$out" | wc -l)
+  printf '%s' "$out" | grep -qF -- "$want"
+  found=$?
+  [ "$st" = 1 ] && [ "$found" = 0 ] && [ "$lines" = 1 ]
+  ok $? "refused: $* ($out)"
+}
+bad "size" logical=4096
+bad "logical=1000" size=1M logical=1000
+bad "physical=256" size=1M physical=256
+bad "alignment" size=1M physical=4096 alignment-offset=100
+bad "model=9kn" size=1M model=9kn
+bad "frob" size=1M frob=1
+bad "require-block-size=maybe" size=1M require-block-size=maybe
+bad "max-request" size=1M max-request=1G
+bad "--threads" size=1M --threads 0
+bad "--max-connections" size=1M --max-connections x
+bad "expected KEY=VALUE" 1M 2M
+bad "--listen" size=1M --listen nocolon
+bad "not both" size=1M --listen 127.0.0.1:1 --unix "$tmpdir/x.sock"
+
+out=$("$server" --help)
+for k in size= logical= physical= alignment-offset= lowest-aligned= model= \
+         max-request= strict= require-block-size= --unix --listen --readonly; do
+  printf '%s' "$out" | grep -qF -- "$k" || { diag "--help lacks $k"; false; }
+done
+ok $? "--help lists every key and option"
+"$server" --version | grep -q '^sect4k-server [0-9]'
+ok $? "--version"
+
+# The magic key and the defaults: same answers as the plugin would give.
+sock=$tmpdir/s.sock
+"$server" --unix "$sock" 1G model=512e-xp >"$tmpdir/log" 2>&1 &
+spid=$!
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+info=$(nbdinfo --json "nbd+unix:///?socket=$sock")
+printf '%s' "$info" | grep -q '"export-size": 1073741824' &&
+  printf '%s' "$info" | grep -q '"block_size_minimum": 512' &&
+  printf '%s' "$info" | grep -q '"block_size_preferred": 4096' &&
+  printf '%s' "$info" | grep -q '"block_size_maximum": 33554432' &&
+  printf '%s' "$info" | grep -q 'lowest aligned LBA 7'
+ok $? "'sect4k-server 1G model=512e-xp': size, 512/4096/32M, description"
+kill $spid; wait $spid
+ok $? "exit status 0 after SIGTERM"
+[ ! -e "$sock" ]
+ok $? "the socket is removed at exit"
+done_testing

@@ -1,0 +1,173 @@
+"""sect4k-server for the Python tests: a Server context manager with the
+same interface as tap.Nbdkit (uri, proc, log(), stop()), plus raw-socket
+helpers for tests that must speak broken NBD."""
+import os
+import shlex
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tap import skip_all, sanitizer_env  # noqa: E402,F401
+
+SERVER = os.environ.get("SECT4K_SERVER") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "sect4k-server")
+
+
+def need_server():
+    if not os.access(SERVER, os.X_OK):
+        skip_all("%s is not built" % SERVER)
+
+
+def san_env():
+    """A sanitizer build of the server links its runtime itself; only the
+    options matter (LD_PRELOAD would also hit the tools it runs)."""
+    san = os.environ.get("SECT4K_SAN", "")
+    if san == "asan":
+        return {"ASAN_OPTIONS": "abort_on_error=1:halt_on_error=1",
+                "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+    if san == "tsan":
+        return {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66"}
+    return {}
+
+
+class Server:
+    """sect4k-server on a Unix socket (or TCP with tcp=True)."""
+
+    def __init__(self, *args, options=(), tcp=False, wait=True):
+        self.dir = tempfile.mkdtemp(prefix="sect4k-srv.")
+        self.sock = os.path.join(self.dir, "sock")
+        self.logfile = os.path.join(self.dir, "log")
+        self._log = ""
+        if tcp:
+            self.port = free_port()
+            where = ["--listen", "127.0.0.1:%d" % self.port]
+            self.uri = "nbd://127.0.0.1:%d/" % self.port
+        else:
+            where = ["--unix", self.sock]
+            self.uri = "nbd+unix:///?socket=" + self.sock
+        cmd = [SERVER] + where + list(options) + list(args)
+        self.cmd = " ".join(shlex.quote(c) for c in cmd)
+        self.proc = subprocess.Popen(cmd, env=dict(os.environ, **san_env()),
+                                     stdout=open(self.logfile, "w"),
+                                     stderr=subprocess.STDOUT)
+        if not wait:
+            return
+        for _ in range(200):
+            if self.proc.poll() is not None:
+                break
+            if "serving " in self.log():
+                return
+            time.sleep(0.05)
+        raise RuntimeError("sect4k-server did not start: %s\n%s"
+                           % (self.cmd, self.log()))
+
+    def log(self):
+        if os.path.exists(self.logfile):
+            with open(self.logfile) as f:
+                self._log = f.read()
+        return self._log
+
+    def connect_raw(self):
+        """A plain socket to the server."""
+        if self.uri.startswith("nbd://"):
+            s = socket.create_connection(("127.0.0.1", self.port))
+        else:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(self.sock)
+        s.settimeout(20)
+        return s
+
+    def stop(self, sig=15):
+        """Stops the server; returns its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        self.log()
+        subprocess.run(["rm", "-rf", self.dir])
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# ---- raw NBD ---------------------------------------------------------------
+
+IHAVEOPT = 0x49484156454F5054
+REP_MAGIC = 0x3e889045565a9
+
+
+def recv_exact(s, n):
+    b = b""
+    while len(b) < n:
+        chunk = s.recv(n - len(b))
+        if not chunk:
+            raise EOFError("connection closed after %d of %d bytes" % (len(b), n))
+        b += chunk
+    return b
+
+
+def greet(s, flags=3):
+    """Reads the greeting, sends client flags; returns handshake flags."""
+    magic, opt, hflags = struct.unpack(">QQH", recv_exact(s, 18))
+    assert magic == 0x4e42444d41474943 and opt == IHAVEOPT
+    s.sendall(struct.pack(">I", flags))
+    return hflags
+
+
+def send_opt(s, opt, data=b""):
+    s.sendall(struct.pack(">QII", IHAVEOPT, opt, len(data)) + data)
+
+
+def recv_opt_reply(s):
+    magic, opt, typ, length = struct.unpack(">QIII", recv_exact(s, 20))
+    assert magic == REP_MAGIC, hex(magic)
+    return opt, typ, recv_exact(s, length)
+
+
+def go(s, name=b"", infos=(3,), opt=7):
+    """NBD_OPT_GO (or INFO); returns the list of (type, data) replies."""
+    data = struct.pack(">I", len(name)) + name + struct.pack(">H", len(infos))
+    data += b"".join(struct.pack(">H", i) for i in infos)
+    send_opt(s, opt, data)
+    replies = []
+    while True:
+        o, typ, d = recv_opt_reply(s)
+        replies.append((typ, d))
+        if typ != 3:
+            return replies
+
+
+def request(s, typ, offset=0, length=0, flags=0, cookie=1, payload=b""):
+    s.sendall(struct.pack(">IHHQQI", 0x25609513, flags, typ, cookie, offset,
+                          length) + payload)
+
+
+def closed(s, timeout=5):
+    """True if the server closes the connection (EOF or reset) in time."""
+    s.settimeout(timeout)
+    try:
+        while True:
+            if not s.recv(65536):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False

@@ -1,0 +1,45 @@
+#!/bin/bash
+# The plugin's concurrency torture (tests/plugin/torture.c: one libnbd
+# connection per writer, many requests in flight, racing RMWs of
+# neighbouring logical sectors) run against sect4k-server, whose event
+# loops serve all connections from a few threads.
+. "$(dirname "$0")/../lib.sh"
+server=${SECT4K_SERVER:-$(dirname "$0")/../../sect4k-server}
+[ -x "$server" ] || skip_all "$server is not built"
+client=$SECT4K_BUILD/tests/client-torture
+[ -x "$client" ] || skip_all "$client is not built"
+rounds=100
+[ "${SECT4K_SAN:-}" = tsan ] && rounds=10   # TSan is ~10x slower
+
+# start_server NAME ARGS...: sets $sock, $pid, $uri.
+start_server () {
+  name=$1; shift
+  sock=$tmpdir/$name.sock
+  "$server" --unix "$sock" "$@" >"$tmpdir/$name.log" 2>&1 &
+  pid=$!
+  uri="nbd+unix:///?socket=$sock"
+  for _ in $(seq 100); do
+    [ -S "$sock" ] && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  diag "$(cat "$tmpdir/$name.log")"
+  return 1
+}
+
+for threads in 1 2; do
+  start_server t$threads size=64M model=512e-xp --threads $threads || exit 1
+  "$client" "$uri" 512 4096 3584 256 $rounds 16 | sed "s/^/# /"
+  st=${PIPESTATUS[0]}
+  kill "$pid"; wait "$pid"; sst=$?
+  ok $st "512e-xp torture, $threads event-loop thread(s)"
+  ok $sst "server exited cleanly ($sst)"
+  [ "$sst" = 0 ] || diag "$(tail -30 "$tmpdir/t$threads.log")"
+done
+start_server t3 size=16M logical=1024 physical=8192 || exit 1
+"$client" "$uri" 1024 8192 0 64 $((rounds / 5)) 8 | sed "s/^/# /"
+st=${PIPESTATUS[0]}
+kill "$pid"; wait "$pid"; sst=$?
+ok $st "1k/8k torture"
+ok $sst "server exited cleanly ($sst)"
+done_testing
