@@ -280,6 +280,9 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
               g->logical, g->physical);
     return -1;
   }
+  /* Nobody reads the counters unless one of these asks: then the data
+   * path does not keep them. */
+  c->stats_count = c->statsfile || c->stats_summary;
   if (c->stats_interval && !c->statsfile) {
     snprintf (err, errlen, "stats-interval=%" PRIu32 ": needs statsfile=",
               c->stats_interval);

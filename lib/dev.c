@@ -15,6 +15,7 @@ struct s4k_dev {
   struct s4k_geometry g;
   uint64_t shift;               /* (P - A) mod P: see lib/geometry.c */
   unsigned pbits;               /* log2 P */
+  bool counting;                /* keep statistics */
   uint32_t max_request;
   bool strict;
   struct s4k_store *store;
@@ -78,6 +79,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->pbits = __builtin_ctz (d->g.physical);
   d->max_request = c->max_request;
   d->strict = c->strict;
+  d->counting = c->stats_count;
   d->store = store;
   stats_init (&d->stats, &d->g, c);
   *out = d;
@@ -443,7 +445,15 @@ modify_op (struct s4k_dev *d, const void *data, uint64_t len, uint64_t off,
   const struct span s = span_of (d, len, off);
   place (t, &s);
   s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, data, len, off, &s, flags, data ? "write" : "zero", t);
+  if (data && !s.head_cut && !s.tail_cut) {
+    /* Whole sectors: the common case needs no RMW machinery. */
+    const struct s4k_io io = { (void *) data, len, off };
+    r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);
+    t->store_write_bytes = len;
+  }
+  else
+    r = write_locked (d, data, len, off, &s, flags, data ? "write" : "zero",
+                      t);
   s4k_unlock (d->locks, s.first, s.last, false);
   return r;
 }
@@ -475,7 +485,8 @@ static int
 counted (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
          int r, const struct tally *t)
 {
-  stats_count (&d->stats, &d->g, op, len, off, r,
+  if (d->counting)
+    stats_count (&d->stats, &d->g, op, len, off, r,
                r == -EINVAL && s4k_refused (d, op, len, off), t);
   return r;
 }

@@ -68,6 +68,8 @@ struct s4k_config {
   const char *statsfile;      /* JSON written at close and every interval */
   uint32_t stats_interval;    /* seconds; 0: at close only */
   bool stats_summary;         /* human summary to stderr at close */
+  bool stats_count;           /* count requests: set by config_finish when
+                                 statsfile= or stats= asks for them */
 };
 
 void s4k_config_init (struct s4k_config *c);

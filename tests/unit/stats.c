@@ -102,8 +102,10 @@ main (void)
     s4k_config_init (&c);
     if (s4k_config_set (&c, "size", "1M", err, sizeof err) ||
         s4k_config_set (&c, "model", pr->model, err, sizeof err) ||
-        s4k_config_finish (&c, err, sizeof err) ||
-        s4k_dev_open (&d, &c, err, sizeof err))
+        s4k_config_finish (&c, err, sizeof err))
+      bail ("%s", err);
+    c.stats_count = true;       /* as statsfile= would */
+    if (s4k_dev_open (&d, &c, err, sizeof err))
       bail ("%s", err);
     memset (buf, 7, sizeof buf);
     s4k_write (d, buf, 4096, 0, 0);
