@@ -1,4 +1,5 @@
 /* key=value parameters shared by the nbdkit plugin and the server. */
+#define _GNU_SOURCE             /* strerrordesc_np */
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -85,6 +86,13 @@ s4k_parse_size (const char *str, uint64_t *out)
     return -1;
   *out = v;
   return 0;
+}
+
+const char *
+s4k_strerror (int errnum)
+{
+  const char *s = strerrordesc_np (errnum);
+  return s ? s : "Unknown error";
 }
 
 int

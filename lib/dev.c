@@ -155,6 +155,18 @@ s4k_dev_can_fast_zero (const struct s4k_dev *d)
   return d->store->ops->can_fast_zero (d->store);
 }
 
+bool
+s4k_dev_readonly (const struct s4k_dev *d)
+{
+  return d->store->ops->readonly && d->store->ops->readonly (d->store);
+}
+
+const char *
+s4k_dev_store_info (const struct s4k_dev *d)
+{
+  return d->store->ops->info ? d->store->ops->info (d->store) : d->store->ops->name;
+}
+
 void
 s4k_dev_set_debug (struct s4k_dev *d, unsigned mask, s4k_debug_fn *fn,
                    void *opaque)

@@ -111,7 +111,7 @@ s4k_stats_save (const struct s4k_dev *d, const char *path)
       unlink (tmp);
   }
   if (r)
-    fprintf (stderr, "sect4k: statsfile=%s: %s\n", path, strerror (-r));
+    fprintf (stderr, "sect4k: statsfile=%s: %s\n", path, s4k_strerror (-r));
   free (tmp);
   return r;
 }

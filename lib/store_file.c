@@ -42,15 +42,6 @@
 #include "sect4k/sect4k.h"
 #include "store_file.h"
 
-/* The English message, without strerror's locale lookup: thread-safe,
- * and no gettext lock (which deadlocks nbdkit's exit under ASan). */
-static const char *
-errstr (int e)
-{
-  const char *s = strerrordesc_np (e);
-  return s ? s : "Unknown error";
-}
-
 #define RING_ENTRIES 16u
 #define MAX_PIECES 8u               /* pieces in one submission */
 #define MAX_SQE_BYTES (1u << 30)    /* below the kernel's MAX_RW_COUNT */
@@ -593,6 +584,8 @@ static const struct s4k_store_ops file_ops = {
   .flush = file_flush,
   .extents = file_extents,
   .can_fast_zero = file_can_fast_zero,
+  .readonly = s4k_file_store_readonly,
+  .info = s4k_file_store_info,
   .close = file_close,
 };
 
@@ -622,7 +615,7 @@ probe_uring (char *why, size_t len)
   int r = io_uring_queue_init (4, &ring, 0);
   if (r < 0) {
     snprintf (why, len, "io_uring unavailable (io_uring_setup: %s)",
-              errstr (-r));
+              s4k_strerror (-r));
     return;
   }
   struct io_uring_probe *p = io_uring_get_probe_ring (&ring);
@@ -709,7 +702,7 @@ check_direct (struct file_store *f, const struct s4k_geometry *g,
     snprintf (err, errlen, "direct=true: file=%s: the file system refuses "
               "an O_DIRECT read of %" PRIu64 " bytes (physical=%" PRIu32
               ", alignment-offset=%" PRIu32 "): %s", path, gran, g->physical,
-              g->alignment, errstr (e));
+              g->alignment, s4k_strerror (e));
     return -1;
   }
   return 0;
@@ -740,14 +733,14 @@ open_file (struct file_store *f, const struct s4k_config *c, char *ro_why,
       created = f->fd != -1 || errno == EINVAL;
       if (f->fd == -1 && errno != EINVAL) {
         snprintf (err, errlen, "file=%s: cannot create it: %s", path,
-                  errstr (errno));
+                  s4k_strerror (errno));
         return -1;
       }
     }
     else if (f->fd == -1 && (errno == EACCES || errno == EROFS ||
                              errno == EPERM || errno == ETXTBSY)) {
       snprintf (ro_why, ro_len, "read-only: file=%s cannot be opened for "
-                "writing (%s)", path, errstr (errno));
+                "writing (%s)", path, s4k_strerror (errno));
       f->fd = open (path, O_RDONLY | flags);
       f->readonly = true;
     }
@@ -764,11 +757,11 @@ open_file (struct file_store *f, const struct s4k_config *c, char *ro_why,
                 "not support O_DIRECT", path);
     else
       snprintf (err, errlen, "file=%s: cannot open it: %s", path,
-                errstr (e));
+                s4k_strerror (e));
     return -1;
   }
   if (fstat (f->fd, &st) == -1) {
-    snprintf (err, errlen, "file=%s: fstat: %s", path, errstr (errno));
+    snprintf (err, errlen, "file=%s: fstat: %s", path, s4k_strerror (errno));
     return -1;
   }
 
@@ -776,7 +769,7 @@ open_file (struct file_store *f, const struct s4k_config *c, char *ro_why,
     f->blockdev = true;
     if (ioctl (f->fd, BLKGETSIZE64, &f->size) == -1) {
       snprintf (err, errlen, "file=%s: BLKGETSIZE64: %s", path,
-                errstr (errno));
+                s4k_strerror (errno));
       return -1;
     }
     if (have_size) {
@@ -813,7 +806,7 @@ open_file (struct file_store *f, const struct s4k_config *c, char *ro_why,
         if (created)
           unlink (path);
         snprintf (err, errlen, "file=%s: cannot grow it to size=%" PRIu64
-                  ": %s", path, g->size, errstr (e));
+                  ": %s", path, g->size, s4k_strerror (e));
         return -1;
       }
     }
@@ -868,7 +861,7 @@ s4k_file_store_new (const struct s4k_config *c, uint64_t *size, char *err,
   f->zeroes = mmap (NULL, ZERO_BUF_BYTES, PROT_READ,
                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (f->zeroes == MAP_FAILED) {
-    snprintf (err, errlen, "file store: mmap: %s", errstr (errno));
+    snprintf (err, errlen, "file store: mmap: %s", s4k_strerror (errno));
     free (f);
     return NULL;
   }

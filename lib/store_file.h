@@ -1,5 +1,5 @@
-/* File store queries the front ends may log (not in the public header
- * yet: the store interface has no way to say these things). */
+/* File store queries for the tests (front ends use s4k_dev_readonly and
+ * s4k_dev_store_info). */
 #ifndef S4K_STORE_FILE_H
 #define S4K_STORE_FILE_H
 

@@ -77,6 +77,7 @@ sect4k_get_ready (void)
   s4k_dev_describe (dev, desc, sizeof desc);
   nbdkit_debug ("sect4k: %s, size %" PRIu64, desc,
                 s4k_dev_geometry (dev)->size);
+  nbdkit_debug ("sect4k: %s", s4k_dev_store_info (dev));
   return 0;
 }
 
@@ -98,7 +99,7 @@ sect4k_dump_plugin (void)
   printf ("sect4k_max_request_default=%u\n", S4K_DEFAULT_MAX_REQUEST);
   printf ("sect4k_max_request_max=%u\n", S4K_MAX_MAX_REQUEST);
   printf ("sect4k_models=512n,512e,512e-xp,4kn\n");
-  printf ("sect4k_stores=memory\n");
+  printf ("sect4k_stores=memory,file\n");
 }
 
 static void *
@@ -146,7 +147,12 @@ sect4k_export_description (void *handle)
   return desc;
 }
 
-static int sect4k_can_write (void *h) { (void) h; return 1; }
+static int
+sect4k_can_write (void *h)
+{
+  (void) h;
+  return !s4k_dev_readonly (dev);
+}
 static int sect4k_can_flush (void *h) { (void) h; return 1; }
 static int sect4k_can_trim (void *h) { (void) h; return 1; }
 static int sect4k_can_zero (void *h) { (void) h; return 1; }
@@ -180,7 +186,7 @@ result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
   }
   else if (r != -ENOTSUP)
     nbdkit_error ("%s at offset %" PRIu64 " length %" PRIu64 ": %s",
-                  s4k_op_names[op], off, len, strerror (-r));
+                  s4k_op_names[op], off, len, s4k_strerror (-r));
   nbdkit_set_error (-r);
   return -1;
 }

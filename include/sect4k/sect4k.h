@@ -85,6 +85,9 @@ extern const char s4k_config_help[];
  * (powers of 1024).  Returns -1 if malformed or out of range. */
 int s4k_parse_size (const char *str, uint64_t *out);
 int s4k_parse_bool (const char *str, bool *out);
+/* strerror without its locale lookup: thread-safe, and no gettext lock
+ * (which deadlocks nbdkit's exit under ASan once strerror has run). */
+const char *s4k_strerror (int errnum);
 
 /* ---- stores: whole physical sectors, no RMW ---------------------------- */
 
@@ -117,6 +120,10 @@ struct s4k_store_ops {
                   s4k_extent_fn *fn, void *opaque);
   /* True if zeroing whole sectors is cheap (fast-zero). */
   bool (*can_fast_zero) (struct s4k_store *s);
+  /* Optional: true if the store can only be read (writes get EROFS). */
+  bool (*readonly) (const struct s4k_store *s);
+  /* Optional: one line on where the data lives and how it is reached. */
+  const char *(*info) (const struct s4k_store *s);
   void (*close) (struct s4k_store *s);
 };
 struct s4k_store {
@@ -160,6 +167,11 @@ void s4k_dev_close (struct s4k_dev *d);
 const struct s4k_geometry *s4k_dev_geometry (const struct s4k_dev *d);
 uint32_t s4k_dev_max_request (const struct s4k_dev *d);
 bool s4k_dev_can_fast_zero (const struct s4k_dev *d);
+/* True if the store can only be read (file= opened read-only). */
+bool s4k_dev_readonly (const struct s4k_dev *d);
+/* One line on where the data lives and how it is reached, e.g.
+ * "file=/x/disk.img: regular file, ..., io_uring, buffered, read-write". */
+const char *s4k_dev_store_info (const struct s4k_dev *d);
 void s4k_dev_set_debug (struct s4k_dev *d, unsigned mask,
                         s4k_debug_fn *fn, void *opaque);
 /* Export description, e.g. "512e: logical 512, physical 4096, alignment

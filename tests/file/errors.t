@@ -35,13 +35,6 @@ stop_bounded () {
   wait "$pid" 2>/dev/null
 }
 
-# ok_todo STATUS DESCRIPTION [TODO-REASON]: a TODO test does not fail the run.
-ok_todo () {
-  [ -z "$3" ] && { ok "$1" "$2"; return; }
-  tap_n=$((tap_n + 1))
-  if [ "$1" = 0 ]; then echo "ok $tap_n - $2 # TODO $3"
-  else echo "not ok $tap_n - $2 # TODO $3"; fi
-}
 nbdkit_t () { timeout -k 5 60 env $(sanitizer_env) nbdkit "$@"; }
 
 # bad EXPECTED-SUBSTRING KEY=VALUE...
@@ -78,12 +71,6 @@ ok $? "a larger size= grows the file sparsely ($out)"
 out=$(nbdkit_t -U - "$SECT4K_PLUGIN" file="$dir/d.img" --run 'nbdinfo --size "$uri"' 2>&1)
 [ "$out" = 8388608 ]; ok $? "without size= the file's size is served ($out)"
 
-# Until plugin/sect4k.c asks the store (s4k_dev_store_info, s4k_dev_readonly)
-# the checks of the store's log line and of can_write are TODO tests.
-todo=
-nbdkit_t "$SECT4K_PLUGIN" --dump-plugin | grep -q '^sect4k_stores=.*file' ||
-  todo="the plugin does not ask the file store yet"
-
 # Permissions, as an unprivileged user (root ignores them).
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
   chmod 755 "$dir"
@@ -91,12 +78,13 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
   chmod 644 "$dir/perm.img"
   cp "$dir/perm.img" "$dir/secret.img"; chmod 600 "$dir/secret.img"
   as_nobody () { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
-  out=$(as_nobody timeout -k 5 60 env $(sanitizer_env) nbdkit -v -U - "$SECT4K_PLUGIN" \
+  # No -v: nbdkit's debug lines would interleave with the client's answer.
+  out=$(as_nobody timeout -k 5 60 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" \
     file="$dir/perm.img" --run "$py -c 'import nbd,sys; h=nbd.NBD(); h.connect_uri(sys.argv[1]); print(h.is_read_only(), h.pread(512, 0) == b\"P\" * 512)' \$uri" 2>&1)
   printf '%s\n' "$out" | grep -q "True$"
   ok $? "a file the user cannot write is served for reading ($(printf '%s' "$out" | grep '^[TF]'))"
   printf '%s\n' "$out" | grep -q "^True True$"
-  ok_todo $? "... and the server says it is read-only" "$todo"
+  ok $? "... and the server says it is read-only"
   out=$(as_nobody timeout -k 5 20 env $(sanitizer_env) nbdkit -U - "$SECT4K_PLUGIN" \
     file="$dir/secret.img" --run true 2>&1)
   st=$(asan_exit $?)
@@ -185,18 +173,17 @@ PY
     [ "$out" = "True True True" ]
     ok $? "read-only mount${r:+ and nbdkit -r}: reads work, writes get EPERM, nothing changes ($out)"
     stop_bounded
-    # The plugin logs the store's line (needs the glue in plugin/sect4k.c:
-    # until then this is a TODO, not a failure).
+    # The plugin logs the store's line.
     grep -q "sect4k: file=$mnt/ro.img: .*read-only: file=.* cannot be opened for writing (Read-only file system)" \
       "$tmpdir/ro$r.log"
-    ok_todo $? "read-only mount${r:+ and nbdkit -r}: the log says read-only and why" "$todo"
+    ok $? "read-only mount${r:+ and nbdkit -r}: the log says read-only and why"
     grep -q "sect4k: file=$mnt/ro.img: .*io_uring" "$tmpdir/ro$r.log"
-    ok_todo $? "the log says the store reads through io_uring" "$todo"
+    ok $? "the log says the store reads through io_uring"
   done
   start_nbdkit sync -v "$SECT4K_PLUGIN" file="$mnt/ro.img" io=sync || exit 1
   stop_bounded
   grep -q "sect4k: file=$mnt/ro.img: .*pread/pwrite (io=sync)" "$tmpdir/sync.log"
-  ok_todo $? "io=sync: one debug line says pread/pwrite and why" "$todo"
+  ok $? "io=sync: one debug line says pread/pwrite and why"
   umount "$mnt"
   mnt=
 else

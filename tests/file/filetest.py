@@ -104,24 +104,3 @@ def read_all(h, size):
         n = min(size - len(out), 8 << 20)
         out += h.pread(n, len(out))
     return out
-
-
-def ok_todo(cond, desc, todo):
-    """ok(), or a TODO test (reported, never failing the run) if todo."""
-    import tap
-    if not todo:
-        return ok(cond, desc)
-    tap._n += 1
-    print("%s %d - %s # TODO %s" % ("ok" if cond else "not ok", tap._n, desc,
-                                    todo), flush=True)
-    return cond
-
-
-def plugin_asks_store():
-    """True once plugin/sect4k.c logs the file store's line and takes
-    can_write from it (tests/file/plugin-glue.patch)."""
-    import subprocess
-    from tap import PLUGIN, sanitizer_env
-    out = subprocess.run(["nbdkit", PLUGIN, "--dump-plugin"], capture_output=True,
-                         text=True, env=dict(os.environ, **sanitizer_env()))
-    return "sect4k_stores=memory,file" in out.stdout
