@@ -18,6 +18,7 @@ try:
     import nbd
 except ImportError:
     skip_all("python3-libnbd is not installed")
+from nbdmodel import connect, read_all  # noqa: E402
 srvlib.need_server()
 if not os.path.exists(os.environ.get("SECT4K_PLUGIN", "")) or \
         os.system("command -v nbdkit >/dev/null") != 0:
@@ -32,26 +33,12 @@ GEOMETRIES = [
 ]
 
 
-def connect(uri, strict):
-    h = nbd.NBD()
-    h.add_meta_context(nbd.CONTEXT_BASE_ALLOCATION)
-    if not strict:
-        h.set_strict_mode(h.get_strict_mode() & ~nbd.STRICT_ALIGN)
-    h.connect_uri(uri)
-    return h
-
-
 def call(fn):
     """(result, errno) of one request."""
     try:
         return fn(), 0
     except nbd.Error as e:
         return None, e.errnum
-
-
-def read_all(h, size):
-    """The whole device, in pieces below every max-request used here."""
-    return b"".join(h.pread(min(1 << 20, size - o), o) for o in range(0, size, 1 << 20))
 
 
 def extents(h, size):
