@@ -52,7 +52,36 @@ def sanitizer_env():
     return {}
 
 
-class Nbdkit:
+class ServerProcess:
+    """A server the tests started (self.proc, self.logfile, self.dir): its
+    log, stopping it, and a context manager that cleans up."""
+
+    def log(self):
+        if os.path.exists(self.logfile):
+            with open(self.logfile) as f:
+                self._log = f.read()
+        return self._log
+
+    def stop(self, sig=15):
+        """Stops the server; returns its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        self.log()
+        subprocess.run(["rm", "-rf", self.dir])
+
+
+class Nbdkit(ServerProcess):
     """nbdkit serving the plugin on a Unix socket (a context manager)."""
 
     def __init__(self, *args, options=()):
@@ -60,6 +89,7 @@ class Nbdkit:
         self.sock = os.path.join(self.dir, "sock")
         self.pidfile = os.path.join(self.dir, "pid")
         self.logfile = os.path.join(self.dir, "log")
+        self._log = ""
         self.uri = "nbd+unix:///?socket=" + self.sock
         env = dict(os.environ, **sanitizer_env())
         cmd = (["nbdkit", "-f", "-U", self.sock, "-P", self.pidfile]
@@ -75,27 +105,3 @@ class Nbdkit:
                 break
             time.sleep(0.05)
         raise RuntimeError("nbdkit did not start: %s\n%s" % (self.cmd, self.log()))
-
-    def log(self):
-        if os.path.exists(self.logfile):
-            with open(self.logfile) as f:
-                self._log = f.read()
-        return self._log
-
-    def stop(self):
-        """Stops the server; returns its exit status."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            return self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        self.log()
-        subprocess.run(["rm", "-rf", self.dir])

@@ -11,7 +11,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import skip_all, sanitizer_env  # noqa: E402,F401
+from tap import skip_all, sanitizer_env, ServerProcess  # noqa: E402,F401
 
 SERVER = os.environ.get("SECT4K_SERVER") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "sect4k-server")
@@ -34,7 +34,7 @@ def san_env():
     return {}
 
 
-class Server:
+class Server(ServerProcess):
     """sect4k-server on a Unix socket (or TCP with tcp=True)."""
 
     def __init__(self, *args, options=(), tcp=False, wait=True):
@@ -65,12 +65,6 @@ class Server:
         raise RuntimeError("sect4k-server did not start: %s\n%s"
                            % (self.cmd, self.log()))
 
-    def log(self):
-        if os.path.exists(self.logfile):
-            with open(self.logfile) as f:
-                self._log = f.read()
-        return self._log
-
     def connect_raw(self):
         """A plain socket to the server."""
         if self.uri.startswith("nbd://"):
@@ -80,24 +74,6 @@ class Server:
             s.connect(self.sock)
         s.settimeout(20)
         return s
-
-    def stop(self, sig=15):
-        """Stops the server; returns its exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        self.log()
-        subprocess.run(["rm", "-rf", self.dir])
 
 
 def free_port():
