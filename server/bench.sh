@@ -18,12 +18,13 @@ server=$1 plugin=$2
 RUNTIME=${RUNTIME:-8} REPEATS=${REPEATS:-3} SIZE=${SIZE:-256M}
 CG_N1=${CG_N1:-4000} CG_N2=${CG_N2:-20000} CG_SIZE=${CG_SIZE:-16M}
 OUT=${OUT:-build/bench-server.txt}
-for c in fio nbdkit valgrind python3; do
+for c in fio nbdkit valgrind callgrind_control python3; do
   command -v $c >/dev/null || { echo "bench: $c is not installed" >&2; exit 1; }
 done
 keys="size=$SIZE model=512e"
 dir=$(mktemp -d /tmp/sect4k-bench.XXXXXX)
 pid=
+server_opts=()
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
 
 # start KIND [wrapper...]: serves $keys on $dir/sock; sets $pid.
@@ -31,7 +32,7 @@ start () {
   kind=$1; shift
   rm -f "$dir/sock"
   case $kind in
-    server) "$@" "$server" --unix "$dir/sock" $keys 2>"$dir/$kind.log" & ;;
+    server) "$@" "$server" "${server_opts[@]}" --unix "$dir/sock" $keys 2>"$dir/$kind.log" & ;;
     nbdkit) "$@" nbdkit -f -U "$dir/sock" "$plugin" $keys 2>"$dir/$kind.log" & ;;
   esac
   pid=$!
@@ -78,18 +79,25 @@ for rw in randread randwrite; do
 done
 
 # Instructions per request under callgrind (randread, QD16, 2 jobs).
+# Under valgrind the server runs one event-loop thread: valgrind runs one
+# thread at a time, and a thread waiting in io_uring_enter stalls the
+# others and signal delivery.  So the counters are dumped with
+# callgrind_control and the process killed, the same for both servers.
 ir () {      # ir KIND N: total instructions of the server for N requests
   kind=$1 n=$2
-  start $kind valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" -q
+  server_opts=(-t 1)
+  start $kind valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" -q
   fill                          # same in both runs: cancels out
   fio_run randread --number_ios=$((n / 2)) >/dev/null
-  stop
+  callgrind_control -d $pid >/dev/null 2>&1
+  kill -KILL $pid; wait $pid 2>/dev/null || true; pid=
+  server_opts=()
   total=0
-  for f in "$dir"/cg.*; do
-    t=$(sed -n 's/^summary: *//p;s/^totals: *//p' "$f" | head -1 | awk '{print $1}')
-    total=$((total + t))
+  for f in "$dir"/cg.out*; do
+    t=$(sed -n 's/^totals: *//p' "$f" | head -1 | awk '{print $1}')
+    total=$((total + ${t:-0}))
   done
-  rm -f "$dir"/cg.*
+  rm -f "$dir"/cg.out*
   echo $total
 }
 keys="size=$CG_SIZE model=512e" SIZE=$CG_SIZE
