@@ -88,7 +88,7 @@ ir () {      # ir KIND N: total instructions of the server for N requests
   server_opts=(-t 1)
   start $kind valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" -q
   fill                          # same in both runs: cancels out
-  fio_run randread --number_ios=$((n / 2)) >/dev/null
+  fio_run randread --io_size=$((n / 2 * 4096)) >/dev/null   # per job
   callgrind_control -d $pid >/dev/null 2>&1
   kill -KILL $pid; wait $pid 2>/dev/null || true; pid=
   server_opts=()
@@ -98,14 +98,16 @@ ir () {      # ir KIND N: total instructions of the server for N requests
     total=$((total + ${t:-0}))
   done
   rm -f "$dir"/cg.out*
-  echo $total
+  ios=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][0]["read"]["total_ios"])' "$dir/fio.json")
+  echo "$total $ios"
 }
 keys="size=$CG_SIZE model=512e" SIZE=$CG_SIZE
-echo "# callgrind: instructions per 4k random read = (Ir($CG_N2) - Ir($CG_N1)) / $((CG_N2 - CG_N1)), prefilled $CG_SIZE device"
+echo "# callgrind: instructions per 4k random read (QD16, 2 jobs) = difference of two runs ($CG_N1 and $CG_N2 requests) / difference of requests, prefilled $CG_SIZE device"
 for kind in server nbdkit; do
-  a=$(ir $kind $CG_N1) b=$(ir $kind $CG_N2)
-  per=$(( (b - a) / (CG_N2 - CG_N1) ))
+  read -r a na < <(ir $kind $CG_N1)
+  read -r b nb < <(ir $kind $CG_N2)
+  per=$(( (b - a) / (nb - na) ))
   eval "ipr_$kind=$per"
-  echo "$kind: $per instructions per request (Ir $a for $CG_N1, $b for $CG_N2)"
+  echo "$kind: $per instructions per request (Ir $a for $na requests, $b for $nb)"
 done
 echo "instructions per request: server/nbdkit = $(python3 -c "print(f'{$ipr_server/$ipr_nbdkit:.2f}')")"
