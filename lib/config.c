@@ -1,4 +1,5 @@
 /* key=value parameters shared by the nbdkit plugin and the server. */
+#define _GNU_SOURCE             /* strerrordesc_np */
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -28,7 +29,13 @@ const char s4k_config_help[] =
   "file=PATH             Keep the data in a file or block device instead of\n"
   "                      memory.\n"
   "direct=BOOL           Open file= with O_DIRECT (default false).\n"
-  "io=uring|sync         File I/O through io_uring (default) or pread/pwrite.\n";
+  "io=uring|sync         File I/O through io_uring (default) or pread/pwrite.\n"
+  "statsfile=PATH        Write statistics as JSON at exit (and every\n"
+  "                      stats-interval seconds), atomically.\n"
+  "stats-interval=SECS   Seconds between statsfile updates (default 0:\n"
+  "                      at exit only).\n"
+  "stats=BOOL            Print a statistics summary to stderr at exit\n"
+  "                      (default false).\n";
 
 struct preset {
   const char *name;
@@ -79,6 +86,13 @@ s4k_parse_size (const char *str, uint64_t *out)
     return -1;
   *out = v;
   return 0;
+}
+
+const char *
+s4k_strerror (int errnum)
+{
+  const char *s = strerrordesc_np (errnum);
+  return s ? s : "Unknown error";
 }
 
 int
@@ -168,8 +182,10 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
       return -1;
     c->have_max_request = true;
   }
-  else if (strcmp (key, "strict") == 0 || strcmp (key, "direct") == 0) {
-    bool *b = key[0] == 's' ? &c->strict : &c->direct;
+  else if (strcmp (key, "strict") == 0 || strcmp (key, "direct") == 0 ||
+           strcmp (key, "stats") == 0) {
+    bool *b = strcmp (key, "strict") == 0 ? &c->strict
+            : strcmp (key, "direct") == 0 ? &c->direct : &c->stats_summary;
     if (s4k_parse_bool (value, b) == -1) {
       snprintf (err, errlen, "%s=%s: not a boolean (true/false, on/off, "
                 "yes/no, 1/0)", key, value);
@@ -182,6 +198,26 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
       return -1;
     }
     c->file = value;
+  }
+  else if (strcmp (key, "statsfile") == 0) {
+    if (*value == '\0') {
+      snprintf (err, errlen, "statsfile=: the path is empty");
+      return -1;
+    }
+    c->statsfile = value;
+  }
+  else if (strcmp (key, "stats-interval") == 0) {
+    uint64_t v;
+    char *end;
+    errno = 0;
+    v = strtoull (value, &end, 10);
+    if (errno || end == value || *end || v == 0 || v > 86400 ||
+        value[0] == '-') {
+      snprintf (err, errlen, "stats-interval=%s: must be a whole number of "
+                "seconds from 1 to 86400", value);
+      return -1;
+    }
+    c->stats_interval = v;
   }
   else if (strcmp (key, "io") == 0) {
     if (strcmp (value, "uring") == 0)
@@ -250,6 +286,14 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
               "logical=%" PRIu32 ", at least physical=%" PRIu32
               " and at most 67108864 (64M)", c->max_request,
               g->logical, g->physical);
+    return -1;
+  }
+  /* Nobody reads the counters unless one of these asks: then the data
+   * path does not keep them. */
+  c->stats_count = c->statsfile || c->stats_summary;
+  if (c->stats_interval && !c->statsfile) {
+    snprintf (err, errlen, "stats-interval=%" PRIu32 ": needs statsfile=",
+              c->stats_interval);
     return -1;
   }
   if (c->direct && !c->file) {

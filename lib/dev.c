@@ -9,9 +9,13 @@
 
 #include "sect4k/sect4k.h"
 #include "lock.h"
+#include "stats.h"
 
 struct s4k_dev {
   struct s4k_geometry g;
+  uint64_t shift;               /* (P - A) mod P: see lib/geometry.c */
+  unsigned pbits;               /* log2 P */
+  bool counting;                /* keep statistics */
   uint32_t max_request;
   bool strict;
   struct s4k_store *store;
@@ -19,13 +23,16 @@ struct s4k_dev {
   unsigned debug_mask;
   s4k_debug_fn *debug_fn;
   void *debug_opaque;
+  struct stats_state stats;
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
 
 static pthread_key_t bounce_key;
 static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
-static _Thread_local struct { char *buf; size_t len; } tl_bounce;
+/* initial-exec: no __tls_get_addr call on the data path of a plugin. */
+#define S4K_TLS _Thread_local __attribute__ ((tls_model ("initial-exec")))
+static S4K_TLS struct { char *buf; size_t len; } tl_bounce;
 
 static void
 bounce_free (void *p)
@@ -68,9 +75,13 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     return -ENOMEM;
   }
   d->g = c->geom;
+  d->shift = (d->g.physical - d->g.alignment) & (d->g.physical - 1);
+  d->pbits = __builtin_ctz (d->g.physical);
   d->max_request = c->max_request;
   d->strict = c->strict;
+  d->counting = c->stats_count;
   d->store = store;
+  stats_init (&d->stats, &d->g, c);
   *out = d;
   return 0;
 }
@@ -80,14 +91,26 @@ s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
               char *err, size_t errlen)
 {
   struct s4k_config cfg = *c;
-  struct s4k_store *store;
+  struct s4k_store *store = NULL;
 
-  if (s4k_geometry_check (&cfg.geom, err, errlen) == -1)
+  /* The file store may take the size from the file. */
+  if (cfg.file && !(store = s4k_file_store_new (&cfg, &cfg.geom.size,
+                                                err, errlen)))
     return -EINVAL;
-  store = s4k_mem_store_new (&cfg.geom, err, errlen);
-  if (!store)
+  if (s4k_geometry_check (&cfg.geom, err, errlen) == -1) {
+    if (store)
+      store->ops->close (store);
+    return -EINVAL;
+  }
+  if (!store && !(store = s4k_mem_store_new (&cfg.geom, err, errlen)))
     return -ENOMEM;
   return s4k_dev_new (out, &cfg, store, err, errlen);
+}
+
+void
+s4k_dev_start (struct s4k_dev *d)
+{
+  stats_start (d);
 }
 
 void
@@ -95,9 +118,23 @@ s4k_dev_close (struct s4k_dev *d)
 {
   if (!d)
     return;
+  stats_stop (d);
   d->store->ops->close (d->store);
   s4k_locks_free (d->locks);
+  stats_free (&d->stats);
   free (d);
+}
+
+struct stats_state *
+s4k_dev_stats_state (struct s4k_dev *d)
+{
+  return &d->stats;
+}
+
+void
+s4k_dev_stats (const struct s4k_dev *d, struct s4k_stats *out)
+{
+  stats_sum ((struct stats_state *) &d->stats, out);
 }
 
 const struct s4k_geometry *
@@ -116,6 +153,18 @@ bool
 s4k_dev_can_fast_zero (const struct s4k_dev *d)
 {
   return d->store->ops->can_fast_zero (d->store);
+}
+
+bool
+s4k_dev_readonly (const struct s4k_dev *d)
+{
+  return d->store->ops->readonly && d->store->ops->readonly (d->store);
+}
+
+const char *
+s4k_dev_store_info (const struct s4k_dev *d)
+{
+  return d->store->ops->info ? d->store->ops->info (d->store) : d->store->ops->name;
 }
 
 void
@@ -150,31 +199,52 @@ s4k_dev_describe (const struct s4k_dev *d, char *buf, size_t len)
 
 /* ---- request checks ---------------------------------------------------- */
 
-bool
-s4k_misaligned (const struct s4k_dev *d, uint64_t len, uint64_t off)
+static bool
+misaligned (const struct s4k_dev *d, uint64_t len, uint64_t off)
 {
   return ((off | len) & (d->g.logical - 1)) != 0;
 }
 
-void
-s4k_explain_misaligned (const struct s4k_dev *d, const char *op,
-                        uint64_t len, uint64_t off, char *buf, size_t buflen)
+/* Reads and writes carry a payload, bounded by the advertised maximum. */
+static bool
+too_long (const struct s4k_dev *d, enum s4k_op op, uint64_t len)
 {
-  snprintf (buf, buflen, "%s at offset %" PRIu64 " length %" PRIu64
-            " refused: offset and length must be multiples of the logical "
-            "sector size %" PRIu32 " (strict=true)",
-            op, off, len, d->g.logical);
+  return (op == S4K_OP_READ || op == S4K_OP_WRITE) && len > d->max_request;
 }
 
-/* 0, or the errno a request outside the device or breaking the logical
- * size rule gets. */
+bool
+s4k_refused (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
+             uint64_t off)
+{
+  return d->strict && op != S4K_OP_FLUSH &&
+         (misaligned (d, len, off) || too_long (d, op, len));
+}
+
+void
+s4k_explain_refusal (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
+                     uint64_t off, char *buf, size_t buflen)
+{
+  if (too_long (d, op, len))
+    snprintf (buf, buflen, "%s at offset %" PRIu64 " length %" PRIu64
+              " refused: longer than the advertised maximum request %" PRIu32
+              " (strict=true)", s4k_op_names[op], off, len, d->max_request);
+  else
+    snprintf (buf, buflen, "%s at offset %" PRIu64 " length %" PRIu64
+              " refused: offset and length must be multiples of the logical "
+              "sector size %" PRIu32 " (strict=true)",
+              s4k_op_names[op], off, len, d->g.logical);
+}
+
+/* 0, or the errno a request outside the device or refused by strict mode
+ * gets. */
 static int
-check_request (const struct s4k_dev *d, uint64_t len, uint64_t off,
-               int range_errno)
+check_request (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
+               uint64_t off)
 {
   if (off > d->g.size || len > d->g.size - off)
-    return -range_errno;
-  if (d->strict && s4k_misaligned (d, len, off))
+    return op == S4K_OP_WRITE || op == S4K_OP_ZERO || op == S4K_OP_TRIM
+           ? -ENOSPC : -EINVAL;
+  if (s4k_refused (d, op, len, off))
     return -EINVAL;
   return 0;
 }
@@ -192,12 +262,20 @@ struct span {
 static struct span
 span_of (const struct s4k_dev *d, uint64_t len, uint64_t off)
 {
+  /* The geometry of lib/geometry.c, inlined: this runs for every request. */
   struct span s;
-  uint64_t end = off + len;
-  s.first = s4k_sector_index (&d->g, off);
-  s.last = s4k_sector_index (&d->g, end - 1);
-  s4k_sector_range (&d->g, s.first, &s.head_start, &s.head_end);
-  s4k_sector_range (&d->g, s.last, &s.tail_start, &s.tail_end);
+  const uint64_t end = off + len;
+  s.first = (off + d->shift) >> d->pbits;
+  s.last = (end - 1 + d->shift) >> d->pbits;
+  uint64_t hs = s.first << d->pbits, ts = s.last << d->pbits;
+  s.head_start = hs > d->shift ? hs - d->shift : 0;
+  s.head_end = hs + d->g.physical - d->shift;
+  if (s.head_end > d->g.size)
+    s.head_end = d->g.size;
+  s.tail_start = ts > d->shift ? ts - d->shift : 0;
+  s.tail_end = ts + d->g.physical - d->shift;
+  if (s.tail_end > d->g.size)
+    s.tail_end = d->g.size;
   s.head_cut = off != s.head_start || (s.first == s.last && end != s.head_end);
   s.tail_cut = s.first != s.last && end != s.tail_end;
   s.mid_start = s.head_cut ? s.head_end : off;
@@ -220,14 +298,25 @@ debug_rmw (struct s4k_dev *d, const char *op, uint64_t len, uint64_t off,
 
 /* ---- data path --------------------------------------------------------- */
 
-int
-s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+/* Records how a request sits on the sectors, for the statistics. */
+static void
+place (struct tally *t, const struct span *s)
 {
-  int r = check_request (d, len, off, EINVAL);
+  t->placed = true;
+  t->cut = s->head_cut || s->tail_cut;
+  t->sectors = s->last - s->first + 1;
+}
+
+static int
+read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off,
+         struct tally *t)
+{
+  int r = check_request (d, S4K_OP_READ, len, off);
   if (r || len == 0)
     return r;
 
   const struct span s = span_of (d, len, off);
+  place (t, &s);
   const uint64_t end = off + len;
   char *b = NULL;
   struct s4k_io io[3];
@@ -280,7 +369,8 @@ all_zero (const char *p, size_t len)
  * The caller has locked every sector. */
 static int
 write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
-              const struct span *s, unsigned flags, const char *op)
+              const struct span *s, unsigned flags, const char *op,
+              struct tally *t)
 {
   const uint64_t end = off + len;
   const bool fua = flags & S4K_FUA;
@@ -304,6 +394,9 @@ write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
     rd[nrd++] = tail_io;
   if (nrd && (r = d->store->ops->read (d->store, rd, nrd)) != 0)
     return r;
+  t->rmw_sectors = nrd;
+  for (unsigned i = 0; i < nrd; i++)
+    t->rmw_read_bytes += rd[i].len;
 
   /* Merge the new bytes into the cut sectors. */
   bool head_zero = false, tail_zero = false;
@@ -344,49 +437,50 @@ write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
                                   flags & S4K_MAY_TRIM, fua)) != 0)
       return r;
   }
+  for (unsigned i = 0; i < nwr; i++)
+    t->store_write_bytes += wr[i].len;
   if (nwr)
     return d->store->ops->write (d->store, wr, nwr, fua);
   return 0;
 }
 
-int
-s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
-           unsigned flags)
+/* A write (data) or zero (data NULL): lock, then write_locked. */
+static int
+modify_op (struct s4k_dev *d, const void *data, uint64_t len, uint64_t off,
+           unsigned flags, struct tally *t)
 {
-  int r = check_request (d, len, off, ENOSPC);
+  int r = check_request (d, data ? S4K_OP_WRITE : S4K_OP_ZERO, len, off);
   if (r || len == 0)
     return r;
-  const struct span s = span_of (d, len, off);
-  s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, buf, len, off, &s, flags, "write");
-  s4k_unlock (d->locks, s.first, s.last, false);
-  return r;
-}
-
-int
-s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
-{
-  int r = check_request (d, len, off, ENOSPC);
-  if (r || len == 0)
-    return r;
-  if ((flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
+  if (!data && (flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
     return -ENOTSUP;
   const struct span s = span_of (d, len, off);
+  place (t, &s);
   s4k_lock (d->locks, s.first, s.last, false);
-  r = write_locked (d, NULL, len, off, &s, flags, "zero");
+  if (data && !s.head_cut && !s.tail_cut) {
+    /* Whole sectors: the common case needs no RMW machinery. */
+    const struct s4k_io io = { (void *) data, len, off };
+    r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);
+    t->store_write_bytes = len;
+  }
+  else
+    r = write_locked (d, data, len, off, &s, flags, data ? "write" : "zero",
+                      t);
   s4k_unlock (d->locks, s.first, s.last, false);
   return r;
 }
 
 /* Trim frees whole physical sectors only: a cut sector at either end is
  * left as it is (a drive cannot unmap part of a sector either). */
-int
-s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+static int
+trim_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
+         struct tally *t)
 {
-  int r = check_request (d, len, off, ENOSPC);
+  int r = check_request (d, S4K_OP_TRIM, len, off);
   if (r || len == 0)
     return r;
   const struct span s = span_of (d, len, off);
+  place (t, &s);
   if (s.mid_start == s.mid_end)
     return 0;
   uint64_t first = s.first + s.head_cut, last = s.last - s.tail_cut;
@@ -397,17 +491,65 @@ s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
   return r;
 }
 
+/* ---- the public data path: each request is counted ------------------- */
+
+static int
+counted (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
+         int r, const struct tally *t)
+{
+  if (d->counting)
+    stats_count (&d->stats, &d->g, op, len, off, r,
+               r == -EINVAL && s4k_refused (d, op, len, off), t);
+  return r;
+}
+
+int
+s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+{
+  struct tally t = { 0 };
+  int r = read_op (d, buf, len, off, &t);
+  return counted (d, S4K_OP_READ, len, off, r, &t);
+}
+
+int
+s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+           unsigned flags)
+{
+  struct tally t = { 0 };
+  int r = modify_op (d, buf, len, off, flags, &t);
+  return counted (d, S4K_OP_WRITE, len, off, r, &t);
+}
+
+int
+s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+{
+  struct tally t = { 0 };
+  int r = modify_op (d, NULL, len, off, flags, &t);
+  return counted (d, S4K_OP_ZERO, len, off, r, &t);
+}
+
+int
+s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+{
+  struct tally t = { 0 };
+  int r = trim_op (d, len, off, flags, &t);
+  return counted (d, S4K_OP_TRIM, len, off, r, &t);
+}
+
 int
 s4k_flush (struct s4k_dev *d)
 {
-  return d->store->ops->flush (d->store);
+  struct tally t = { 0 };
+  return counted (d, S4K_OP_FLUSH, 0, 0, d->store->ops->flush (d->store), &t);
 }
 
 int
 s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off)
 {
   /* Nothing to prefetch from memory; a file store reads ahead itself. */
-  return check_request (d, len, off, EINVAL);
+  struct tally t = { 0 };
+  return counted (d, S4K_OP_CACHE, len, off,
+                  check_request (d, S4K_OP_CACHE, len, off), &t);
 }
 
 /* Clips the store's runs to the request and merges neighbours of the
@@ -429,11 +571,11 @@ clip_extent (void *opaque, uint64_t off, uint64_t len, bool zero)
   return c->fn (c->opaque, s, e - s, zero);
 }
 
-int
-s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
-             s4k_extent_fn *fn, void *opaque)
+static int
+extents_op (struct s4k_dev *d, uint64_t len, uint64_t off,
+            s4k_extent_fn *fn, void *opaque)
 {
-  int r = check_request (d, len, off, EINVAL);
+  int r = check_request (d, S4K_OP_EXTENTS, len, off);
   if (r || len == 0)
     return r;
   /* The store works in whole sectors, whose boundaries are multiples of
@@ -442,4 +584,13 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
   struct extent_clip c = { off, off + len, fn, opaque };
   return d->store->ops->extents (d->store, s.tail_end - s.head_start,
                                  s.head_start, clip_extent, &c);
+}
+
+int
+s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
+             s4k_extent_fn *fn, void *opaque)
+{
+  struct tally t = { 0 };
+  return counted (d, S4K_OP_EXTENTS, len, off,
+                  extents_op (d, len, off, fn, opaque), &t);
 }

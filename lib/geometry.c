@@ -54,13 +54,14 @@ s4k_geometry_check (const struct s4k_geometry *g, char *err, size_t errlen)
 static inline uint64_t
 shift_of (const struct s4k_geometry *g)
 {
-  return (g->physical - g->alignment) % g->physical;
+  return (g->physical - g->alignment) & (g->physical - 1);
 }
 
 uint64_t
 s4k_sector_index (const struct s4k_geometry *g, uint64_t off)
 {
-  return (off + shift_of (g)) / g->physical;
+  /* P is a power of two: a shift, not a division, on the data path. */
+  return (off + shift_of (g)) >> __builtin_ctz (g->physical);
 }
 
 void
@@ -83,7 +84,8 @@ s4k_sector_count (const struct s4k_geometry *g)
 bool
 s4k_is_boundary (const struct s4k_geometry *g, uint64_t off)
 {
-  return off == 0 || off == g->size || (off + shift_of (g)) % g->physical == 0;
+  return off == 0 || off == g->size ||
+         ((off + shift_of (g)) & (g->physical - 1)) == 0;
 }
 
 uint64_t

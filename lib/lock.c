@@ -1,6 +1,12 @@
-#include <pthread.h>
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "lock.h"
 
@@ -12,11 +18,16 @@ struct held {
   bool shared;
 };
 
+/* The list of held ranges is guarded by a spinlock held for a few dozen
+ * instructions (a pthread mutex costs several times more on this path);
+ * a request that must wait sleeps on the futex `seq`, which every unlock
+ * bumps. */
 struct stripe {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
+  atomic_uint busy;
+  atomic_uint seq;
+  atomic_uint waiters;
+  unsigned n, cap;
   struct held *held;
-  unsigned n, cap, waiters;
 } __attribute__ ((aligned (64)));
 
 struct s4k_locks {
@@ -26,14 +37,7 @@ struct s4k_locks {
 struct s4k_locks *
 s4k_locks_new (void)
 {
-  struct s4k_locks *l = calloc (1, sizeof *l);
-  if (!l)
-    return NULL;
-  for (unsigned i = 0; i < NSTRIPES; i++) {
-    pthread_mutex_init (&l->stripes[i].mu, NULL);
-    pthread_cond_init (&l->stripes[i].cv, NULL);
-  }
-  return l;
+  return calloc (1, sizeof (struct s4k_locks));
 }
 
 void
@@ -41,11 +45,8 @@ s4k_locks_free (struct s4k_locks *l)
 {
   if (!l)
     return;
-  for (unsigned i = 0; i < NSTRIPES; i++) {
-    pthread_mutex_destroy (&l->stripes[i].mu);
-    pthread_cond_destroy (&l->stripes[i].cv);
+  for (unsigned i = 0; i < NSTRIPES; i++)
     free (l->stripes[i].held);
-  }
   free (l);
 }
 
@@ -54,6 +55,24 @@ stripe_of (struct s4k_locks *l, uint64_t group)
 {
   /* Fibonacci hashing spreads neighbouring groups over the stripes. */
   return &l->stripes[(group * 0x9E3779B97F4A7C15ull) >> (64 - 10)];
+}
+
+static void
+stripe_acquire (struct stripe *s)
+{
+  unsigned spins = 0;
+  while (atomic_exchange_explicit (&s->busy, 1, memory_order_acquire))
+    while (atomic_load_explicit (&s->busy, memory_order_relaxed))
+      if (++spins % 128 == 0)
+        sched_yield ();         /* the holder may have been preempted */
+      else
+        __builtin_ia32_pause ();
+}
+
+static void
+stripe_release (struct stripe *s)
+{
+  atomic_store_explicit (&s->busy, 0, memory_order_release);
 }
 
 static bool
@@ -81,17 +100,21 @@ s4k_lock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
   for (uint64_t pf = first, pl; pf <= last; pf = pl + 1) {
     pl = piece_last (pf, last);
     struct stripe *s = stripe_of (l, pf >> GROUP_SHIFT);
-    pthread_mutex_lock (&s->mu);
+    stripe_acquire (s);
     while (conflicts (s, pf, pl, shared)) {
-      s->waiters++;
-      pthread_cond_wait (&s->cv, &s->mu);
-      s->waiters--;
+      unsigned seq = atomic_load (&s->seq);
+      atomic_fetch_add (&s->waiters, 1);
+      stripe_release (s);
+      /* Returns at once if an unlock has bumped seq since. */
+      syscall (SYS_futex, &s->seq, FUTEX_WAIT_PRIVATE, seq, NULL, NULL, 0);
+      atomic_fetch_sub (&s->waiters, 1);
+      stripe_acquire (s);
     }
     if (s->n == s->cap) {
       /* Grows only the first few times a stripe gets busy. */
       unsigned cap = s->cap ? s->cap * 2 : 4;
-      struct held *h;
-      if (!(h = realloc (s->held, cap * sizeof *h))) {
+      struct held *h = realloc (s->held, cap * sizeof *h);
+      if (!h) {
         /* There is no safe way to fail with half the range locked. */
         fputs ("sect4k: out of memory in the sector lock table\n", stderr);
         abort ();
@@ -100,7 +123,7 @@ s4k_lock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
       s->cap = cap;
     }
     s->held[s->n++] = (struct held) { pf, pl, shared };
-    pthread_mutex_unlock (&s->mu);
+    stripe_release (s);
   }
 }
 
@@ -110,7 +133,7 @@ s4k_unlock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
   for (uint64_t pf = first, pl; pf <= last; pf = pl + 1) {
     pl = piece_last (pf, last);
     struct stripe *s = stripe_of (l, pf >> GROUP_SHIFT);
-    pthread_mutex_lock (&s->mu);
+    stripe_acquire (s);
     for (unsigned i = 0; i < s->n; i++) {
       struct held *h = &s->held[i];
       if (h->first == pf && h->last == pl && h->shared == shared) {
@@ -118,8 +141,12 @@ s4k_unlock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
         break;
       }
     }
-    if (s->waiters)
-      pthread_cond_broadcast (&s->cv);
-    pthread_mutex_unlock (&s->mu);
+    /* Under the spinlock: a plain increment is enough. */
+    atomic_store_explicit (&s->seq,
+                           atomic_load_explicit (&s->seq, memory_order_relaxed)
+                           + 1, memory_order_relaxed);
+    stripe_release (s);
+    if (atomic_load (&s->waiters))
+      syscall (SYS_futex, &s->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
   }
 }

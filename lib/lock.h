@@ -2,8 +2,8 @@
  *
  * Locking sectors [first, last] never blocks a request on other sectors:
  * sectors are grouped (64 to a group) and each group hashes to a stripe
- * whose mutex is held only while the stripe's list of held ranges is
- * updated, never during I/O.  Ranges are taken group by group in
+ * whose spinlock is held only while the stripe's list of held ranges is
+ * updated, never during I/O; a request that must wait sleeps on a futex.  Ranges are taken group by group in
  * ascending order, so requests cannot deadlock.  Shared holders (reads)
  * may overlap each other; exclusive holders (writes, zeroes, trims, RMW)
  * overlap nothing. */

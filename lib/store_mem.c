@@ -54,7 +54,7 @@ struct mem_store {
 static _Atomic uint64_t next_store_id = 1;
 
 /* The slab this thread carves chunks from. */
-static _Thread_local struct {
+static _Thread_local __attribute__ ((tls_model ("initial-exec"))) struct {
   uint64_t store_id;
   char *next, *end;
 } tl_slab;
@@ -277,6 +277,13 @@ mem_can_fast_zero (struct s4k_store *s)
   return true;
 }
 
+static const char *
+mem_info (const struct s4k_store *s)
+{
+  (void) s;
+  return "memory store";
+}
+
 static void
 mem_close (struct s4k_store *s)
 {
@@ -301,6 +308,7 @@ static const struct s4k_store_ops mem_ops = {
   .flush = mem_flush,
   .extents = mem_extents,
   .can_fast_zero = mem_can_fast_zero,
+  .info = mem_info,
   .close = mem_close,
 };
 
@@ -338,7 +346,7 @@ s4k_mem_store_new (const struct s4k_geometry *g, char *err, size_t errlen)
   if (!m->dir) {
     snprintf (err, errlen, "size=%" PRIu64 ": cannot map the memory store's "
               "table of %zu bytes: %s", g->size, m->dir_bytes,
-              strerror (errno));
+              s4k_strerror (errno));
     free (m);
     return NULL;
   }

@@ -77,6 +77,15 @@ sect4k_get_ready (void)
   s4k_dev_describe (dev, desc, sizeof desc);
   nbdkit_debug ("sect4k: %s, size %" PRIu64, desc,
                 s4k_dev_geometry (dev)->size);
+  nbdkit_debug ("sect4k: %s", s4k_dev_store_info (dev));
+  return 0;
+}
+
+/* nbdkit forks into the background after get_ready: threads start here. */
+static int
+sect4k_after_fork (void)
+{
+  s4k_dev_start (dev);
   return 0;
 }
 
@@ -90,7 +99,7 @@ sect4k_dump_plugin (void)
   printf ("sect4k_max_request_default=%u\n", S4K_DEFAULT_MAX_REQUEST);
   printf ("sect4k_max_request_max=%u\n", S4K_MAX_MAX_REQUEST);
   printf ("sect4k_models=512n,512e,512e-xp,4kn\n");
-  printf ("sect4k_stores=memory\n");
+  printf ("sect4k_stores=memory,file\n");
 }
 
 static void *
@@ -138,7 +147,12 @@ sect4k_export_description (void *handle)
   return desc;
 }
 
-static int sect4k_can_write (void *h) { (void) h; return 1; }
+static int
+sect4k_can_write (void *h)
+{
+  (void) h;
+  return !s4k_dev_readonly (dev);
+}
 static int sect4k_can_flush (void *h) { (void) h; return 1; }
 static int sect4k_can_trim (void *h) { (void) h; return 1; }
 static int sect4k_can_zero (void *h) { (void) h; return 1; }
@@ -155,13 +169,13 @@ sect4k_can_fast_zero (void *h)
 
 /* Turns an engine result into nbdkit's convention. */
 static int
-result (struct handle *h, int r, const char *op, uint64_t len, uint64_t off)
+result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
 {
   if (r == 0)
     return 0;
-  if (r == -EINVAL && s4k_misaligned (dev, len, off)) {
+  if (r == -EINVAL && s4k_refused (dev, op, len, off)) {
     char msg[256];
-    s4k_explain_misaligned (dev, op, len, off, msg, sizeof msg);
+    s4k_explain_refusal (dev, op, len, off, msg, sizeof msg);
     if (!h->refused_once) {
       h->refused_once = true;
       nbdkit_error ("%s; further refusals on this connection are logged "
@@ -172,7 +186,7 @@ result (struct handle *h, int r, const char *op, uint64_t len, uint64_t off)
   }
   else if (r != -ENOTSUP)
     nbdkit_error ("%s at offset %" PRIu64 " length %" PRIu64 ": %s",
-                  op, off, len, strerror (-r));
+                  s4k_op_names[op], off, len, s4k_strerror (-r));
   nbdkit_set_error (-r);
   return -1;
 }
@@ -182,7 +196,7 @@ sect4k_pread (void *h, void *buf, uint32_t count, uint64_t offset,
               uint32_t flags)
 {
   (void) flags;
-  return result (h, s4k_read (dev, buf, count, offset), "read", count, offset);
+  return result (h, s4k_read (dev, buf, count, offset), S4K_OP_READ, count, offset);
 }
 
 static unsigned
@@ -198,35 +212,35 @@ sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
                uint32_t flags)
 {
   return result (h, s4k_write (dev, buf, count, offset, engine_flags (flags)),
-                 "write", count, offset);
+                 S4K_OP_WRITE, count, offset);
 }
 
 static int
 sect4k_zero (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   return result (h, s4k_zero (dev, count, offset, engine_flags (flags)),
-                 "zero", count, offset);
+                 S4K_OP_ZERO, count, offset);
 }
 
 static int
 sect4k_trim (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   return result (h, s4k_trim (dev, count, offset, engine_flags (flags)),
-                 "trim", count, offset);
+                 S4K_OP_TRIM, count, offset);
 }
 
 static int
 sect4k_flush (void *h, uint32_t flags)
 {
   (void) flags;
-  return result (h, s4k_flush (dev), "flush", 0, 0);
+  return result (h, s4k_flush (dev), S4K_OP_FLUSH, 0, 0);
 }
 
 static int
 sect4k_cache (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   (void) flags;
-  return result (h, s4k_cache (dev, count, offset), "cache", count, offset);
+  return result (h, s4k_cache (dev, count, offset), S4K_OP_CACHE, count, offset);
 }
 
 struct extents_ctx {
@@ -251,7 +265,7 @@ sect4k_extents (void *h, uint32_t count, uint64_t offset, uint32_t flags,
 {
   struct extents_ctx c = { extents, flags & NBDKIT_FLAG_REQ_ONE };
   return result (h, s4k_extents (dev, count, offset, add_extent, &c),
-                 "extents", count, offset);
+                 S4K_OP_EXTENTS, count, offset);
 }
 
 static struct nbdkit_plugin plugin = {
@@ -268,6 +282,7 @@ static struct nbdkit_plugin plugin = {
   .config_help = s4k_config_help,
   .magic_config_key = "size",
   .get_ready = sect4k_get_ready,
+  .after_fork = sect4k_after_fork,
   .dump_plugin = sect4k_dump_plugin,
   .open = sect4k_open,
   .close = sect4k_close,

@@ -448,7 +448,7 @@ reply_errorf (struct conn *c, int err, const char *fmt, ...)
 
 /* Replies to an engine result r (0 or -errno). */
 static void
-reply_result (struct conn *c, int r, const char *op)
+reply_result (struct conn *c, int r, enum s4k_op op)
 {
   if (r == 0) {
     reply_simple (c, 0);
@@ -456,8 +456,8 @@ reply_result (struct conn *c, int r, const char *op)
   }
   char msg[512];
   struct s4k_dev *dev = c->cfg->dev;
-  if (r == -EINVAL && s4k_misaligned (dev, c->length, c->offset)) {
-    s4k_explain_misaligned (dev, op, c->length, c->offset, msg, sizeof msg);
+  if (r == -EINVAL && s4k_refused (dev, op, c->length, c->offset)) {
+    s4k_explain_refusal (dev, op, c->length, c->offset, msg, sizeof msg);
     if (!c->refusal_logged || c->cfg->verbose) {
       log_msg ("%s: %s%s", c->name, msg, c->refusal_logged ? "" :
                "; further refusals on this connection are not logged");
@@ -466,7 +466,7 @@ reply_result (struct conn *c, int r, const char *op)
   }
   else {
     snprintf (msg, sizeof msg, "%s at offset %" PRIu64 " length %" PRIu32
-              ": %s", op, c->offset, c->length, strerror (-r));
+              ": %s", s4k_op_names[op], c->offset, c->length, strerror (-r));
     if (r != -ENOTSUP && (r != -EINVAL || c->cfg->verbose))
       log_msg ("%s: %s", c->name, msg);
   }
@@ -546,7 +546,7 @@ cmd_read (struct conn *c)
   int r = s4k_read (c->cfg->dev, p + hdr, len, c->offset);
   if (r) {
     c->out.len = base;
-    reply_result (c, r, "read");
+    reply_result (c, r, S4K_OP_READ);
     return;
   }
   c->stats.bytes_read += len;
@@ -599,7 +599,7 @@ cmd_write (struct conn *c)
   int r = s4k_write (c->cfg->dev, c->payload, c->length, c->offset, flags);
   if (r == 0)
     c->stats.bytes_written += c->length;
-  reply_result (c, r, "write");
+  reply_result (c, r, S4K_OP_WRITE);
 }
 
 struct status_ctx {
@@ -649,7 +649,7 @@ cmd_block_status (struct conn *c)
   int r = s4k_extents (c->cfg->dev, c->length, c->offset, add_status, &s);
   if (r < 0) {
     c->out.len = base;
-    reply_result (c, r, "block status");
+    reply_result (c, r, S4K_OP_EXTENTS);
     return;
   }
   if (s.n == 0)                 /* cannot happen; stay within the spec */
@@ -766,19 +766,19 @@ handle_request (struct conn *c)
     c->state = ST_DONE;
     break;
   case NBD_CMD_FLUSH:
-    reply_result (c, s4k_flush (dev), "flush");
+    reply_result (c, s4k_flush (dev), S4K_OP_FLUSH);
     break;
   case NBD_CMD_TRIM:
     reply_result (c, s4k_trim (dev, c->length, c->offset,
                                c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0),
-                  "trim");
+                  S4K_OP_TRIM);
     break;
   case NBD_CMD_CACHE:
-    reply_result (c, s4k_cache (dev, c->length, c->offset), "cache");
+    reply_result (c, s4k_cache (dev, c->length, c->offset), S4K_OP_CACHE);
     break;
   case NBD_CMD_WRITE_ZEROES:
     reply_result (c, s4k_zero (dev, c->length, c->offset,
-                               zero_flags (c->flags)), "write zeroes");
+                               zero_flags (c->flags)), S4K_OP_ZERO);
     break;
   case NBD_CMD_BLOCK_STATUS:
     cmd_block_status (c);

@@ -337,6 +337,7 @@ main (int argc, char **argv)
     fprintf (stderr, PROG ": %s\n", err);
     return 1;
   }
+  s4k_dev_start (dev);
   const struct s4k_geometry *g = s4k_dev_geometry (dev);
   s.cfg.dev = dev;
   s.cfg.size = g->size;

@@ -123,6 +123,36 @@ torture_steps (uint64_t *rng, uint16_t writer, struct torture_step out[2])
   return n;
 }
 
+/* Called for each op of a round, after torture_begin gave it seq: the
+ * driver fills the data (torture_fill) and submits the op, and calls
+ * torture_end when it completes.  Returns -1 to stop. */
+typedef int torture_submit_fn (void *ctx, const struct torture_step *step,
+                               uint32_t sector, uint64_t off, uint64_t len,
+                               uint32_t seq);
+
+static inline int
+torture_round (const struct torture_geom *g, struct torture_log *log,
+               uint16_t writer, uint64_t *rng, torture_submit_fn *submit,
+               void *ctx)
+{
+  for (uint32_t sector = 0; sector < g->nsectors; sector++) {
+    struct torture_step step[2];
+    unsigned n = torture_steps (rng, writer, step);
+    uint64_t soff = g->base + (uint64_t) sector * g->physical;
+    for (unsigned i = 0; i < n; i++) {
+      int all = step[i].slot == TORTURE_ALL;
+      uint64_t off = all ? soff : soff + (uint64_t) writer * g->logical;
+      uint64_t len = all ? g->physical : g->logical;
+      uint32_t seq = torture_begin (log, sector, step[i].slot,
+                                    step[i].what == DO_WRITE ? T_WRITE
+                                                             : T_ZERO);
+      if (submit (ctx, &step[i], sector, off, len, seq) == -1)
+        return -1;
+    }
+  }
+  return 0;
+}
+
 /* Fills the bytes an op writes: one stamp repeated through each slot. */
 static inline void
 torture_fill (const struct torture_geom *g, char *buf, uint16_t writer,

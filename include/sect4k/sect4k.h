@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define S4K_VERSION "0.1.0"
 
@@ -63,6 +64,12 @@ struct s4k_config {
   const char *file;           /* NULL: memory store */
   bool direct;                /* O_DIRECT */
   bool no_uring;              /* io=sync, or SECT4K_NO_URING=1 */
+  /* Statistics (statsfile=, stats-interval=, stats=). */
+  const char *statsfile;      /* JSON written at close and every interval */
+  uint32_t stats_interval;    /* seconds; 0: at close only */
+  bool stats_summary;         /* human summary to stderr at close */
+  bool stats_count;           /* count requests: set by config_finish when
+                                 statsfile= or stats= asks for them */
 };
 
 void s4k_config_init (struct s4k_config *c);
@@ -78,6 +85,9 @@ extern const char s4k_config_help[];
  * (powers of 1024).  Returns -1 if malformed or out of range. */
 int s4k_parse_size (const char *str, uint64_t *out);
 int s4k_parse_bool (const char *str, bool *out);
+/* strerror without its locale lookup: thread-safe, and no gettext lock
+ * (which deadlocks nbdkit's exit under ASan once strerror has run). */
+const char *s4k_strerror (int errnum);
 
 /* ---- stores: whole physical sectors, no RMW ---------------------------- */
 
@@ -110,6 +120,10 @@ struct s4k_store_ops {
                   s4k_extent_fn *fn, void *opaque);
   /* True if zeroing whole sectors is cheap (fast-zero). */
   bool (*can_fast_zero) (struct s4k_store *s);
+  /* Optional: true if the store can only be read (writes get EROFS). */
+  bool (*readonly) (const struct s4k_store *s);
+  /* Optional: one line on where the data lives and how it is reached. */
+  const char *(*info) (const struct s4k_store *s);
   void (*close) (struct s4k_store *s);
 };
 struct s4k_store {
@@ -144,19 +158,29 @@ int s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
 /* Builds the store the config asks for (memory for now), then the device. */
 int s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
                   char *err, size_t errlen);
+/* Starts the device's background work (the periodic statistics saver).
+ * Call it after any fork: threads do not survive one. */
+void s4k_dev_start (struct s4k_dev *d);
+/* Stops it, writes the final statistics, frees everything. */
 void s4k_dev_close (struct s4k_dev *d);
 
 const struct s4k_geometry *s4k_dev_geometry (const struct s4k_dev *d);
 uint32_t s4k_dev_max_request (const struct s4k_dev *d);
 bool s4k_dev_can_fast_zero (const struct s4k_dev *d);
+/* True if the store can only be read (file= opened read-only). */
+bool s4k_dev_readonly (const struct s4k_dev *d);
+/* One line on where the data lives and how it is reached, e.g.
+ * "file=/x/disk.img: regular file, ..., io_uring, buffered, read-write". */
+const char *s4k_dev_store_info (const struct s4k_dev *d);
 void s4k_dev_set_debug (struct s4k_dev *d, unsigned mask,
                         s4k_debug_fn *fn, void *opaque);
 /* Export description, e.g. "512e: logical 512, physical 4096, alignment
  * offset 3584 (lowest aligned LBA 7)". */
 void s4k_dev_describe (const struct s4k_dev *d, char *buf, size_t len);
 
-/* Data path.  -EINVAL: breaks the logical-size rule under strict, or out
- * of range; -ENOTSUP: fast-zero refused; other -errno from the store. */
+/* Data path.  -EINVAL: refused under strict (see s4k_refused), or a read
+ * out of range; -ENOSPC: a write out of range; -ENOTSUP: fast-zero
+ * refused; other -errno from the store. */
 int s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off);
 int s4k_write (struct s4k_dev *d, const void *buf, uint64_t len,
                uint64_t off, unsigned flags);
@@ -168,11 +192,62 @@ int s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off);
 int s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
                  s4k_extent_fn *fn, void *opaque);
 
-/* True if [off, off+len) breaks the logical-size rule. */
-bool s4k_misaligned (const struct s4k_dev *d, uint64_t len, uint64_t off);
-/* One line explaining why a request was refused. */
-void s4k_explain_misaligned (const struct s4k_dev *d, const char *op,
-                             uint64_t len, uint64_t off,
-                             char *buf, size_t buflen);
+/* ---- statistics ------------------------------------------------------ */
+
+enum s4k_op {
+  S4K_OP_READ, S4K_OP_WRITE, S4K_OP_ZERO, S4K_OP_TRIM, S4K_OP_FLUSH,
+  S4K_OP_EXTENTS, S4K_OP_CACHE, S4K_NOPS
+};
+extern const char *const s4k_op_names[S4K_NOPS];
+
+/* Request sizes: bucket 0 is < 512 bytes, bucket i >= 1 is
+ * [256 << i, 512 << i); the last bucket takes everything larger. */
+#define S4K_SIZE_BUCKETS 19
+/* Offsets within the physical sector, (off - A) mod P, in buckets of
+ * s4k_stats.offset_bucket bytes (the logical size, or P/64 if larger). */
+#define S4K_OFFSET_BUCKETS 64
+
+struct s4k_op_stats {
+  uint64_t requests, bytes, errors;
+  /* Data ops: how the request sits on the sectors. */
+  uint64_t aligned_physical;    /* starts and ends on physical boundaries */
+  uint64_t aligned_logical;     /* on logical boundaries only: RMW */
+  uint64_t unaligned;           /* off logical boundaries */
+  uint64_t refused;             /* refused by strict: EINVAL */
+  uint64_t rmw_sectors;         /* physical sectors read-modify-written */
+  uint64_t rmw_read_bytes;      /* bytes the RMWs read */
+  uint64_t store_write_bytes;   /* bytes written to the store */
+  uint64_t sectors_touched;     /* physical sectors the requests touched */
+  uint64_t extra_sectors;       /* requests touching more sectors than
+                                   their length needs */
+  uint64_t size_hist[S4K_SIZE_BUCKETS];
+  uint64_t offset_hist[S4K_OFFSET_BUCKETS];
+};
+
+struct s4k_stats {
+  double elapsed;               /* seconds since the device opened */
+  uint32_t offset_bucket;       /* bytes per offset_hist bucket */
+  uint32_t offset_buckets;      /* buckets in use: P / offset_bucket */
+  struct s4k_op_stats op[S4K_NOPS];
+};
+
+/* True if strict mode refuses the request (EINVAL) because it breaks the
+ * advertised block-size constraints: offset or length not a multiple of
+ * the logical size, or a read or write longer than max-request. */
+bool s4k_refused (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
+                  uint64_t off);
+/* One line saying which rule the request broke. */
+void s4k_explain_refusal (const struct s4k_dev *d, enum s4k_op op,
+                          uint64_t len, uint64_t off, char *buf,
+                          size_t buflen);
+
+/* Sums every thread's counters. */
+void s4k_dev_stats (const struct s4k_dev *d, struct s4k_stats *out);
+/* The JSON document (schema in docs/stats.schema.json). */
+int s4k_stats_write_json (const struct s4k_dev *d, FILE *fp);
+/* Writes the JSON to path atomically (temporary file, then rename). */
+int s4k_stats_save (const struct s4k_dev *d, const char *path);
+/* The one-screen human summary. */
+void s4k_stats_print (const struct s4k_dev *d, FILE *fp);
 
 #endif

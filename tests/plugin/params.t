@@ -66,5 +66,7 @@ if [ -z "${SECT4K_SAN:-}" ]; then
     [ -f "$dest/usr/share/man/man1/nbdkit-sect4k-plugin.1" ] &&
     nbdkit_san "$dest$dir/nbdkit-sect4k-plugin.so" --version >/dev/null 2>&1
   ok $? "make install DESTDIR=... installs plugin and man page"
+  [ "$dir" = "$(nbdkit --dump-config | sed -n 's/^plugindir=//p')" ]
+  ok $? "the install directory is the one nbdkit searches ('nbdkit sect4k' works)"
 fi
 done_testing

@@ -83,57 +83,53 @@ wait_below (struct nbd_handle *h, unsigned limit)
   return 0;
 }
 
+/* Submits one op asynchronously, keeping at most depth in flight. */
+static int
+submit (void *opaque, const struct torture_step *step, uint32_t sector,
+        uint64_t off, uint64_t len, uint32_t seq)
+{
+  struct writer *w = opaque;
+  struct run *run = w->run;
+  bool all = step->slot == TORTURE_ALL;
+  int64_t r;
+
+  if (wait_below (w->h, run->depth - 1) == -1)
+    return -1;
+  struct pending *p = calloc (1, sizeof *p);
+  p->log = &run->logs[w->id];
+  p->seq = seq;
+  p->errors = &run->errors;
+  nbd_completion_callback cb = { .callback = completed, .user_data = p };
+  if (step->what == DO_WRITE) {
+    p->buf = malloc (len);
+    torture_fill (&run->g, p->buf, w->id, seq, sector, step->slot);
+    r = nbd_aio_pwrite (w->h, p->buf, len, off, cb,
+                        all ? LIBNBD_CMD_FLAG_FUA : 0);
+  }
+  else if (step->what == DO_ZERO)
+    r = nbd_aio_zero (w->h, len, off, cb,
+                      step->may_trim ? 0 : LIBNBD_CMD_FLAG_NO_HOLE);
+  else
+    r = nbd_aio_trim (w->h, len, off, cb, 0);
+  return r == -1 ? -1 : 0;
+}
+
 static void *
 run_writer (void *arg)
 {
   struct writer *w = arg;
   struct run *run = w->run;
-  const struct torture_geom *g = &run->g;
-  struct torture_log *log = &run->logs[w->id];
 
   for (unsigned round = 0; round < run->rounds; round++) {
-    for (uint32_t sector = 0; sector < g->nsectors; sector++) {
-      struct torture_step step[2];
-      unsigned n = torture_steps (&w->rng, w->id, step);
-      uint64_t soff = g->base + (uint64_t) sector * g->physical;
-      for (unsigned i = 0; i < n; i++) {
-        bool all = step[i].slot == TORTURE_ALL;
-        uint64_t off = all ? soff : soff + (uint64_t) w->id * g->logical;
-        uint64_t len = all ? g->physical : g->logical;
-        if (wait_below (w->h, run->depth - 1) == -1)
-          goto fail;
-        struct pending *p = calloc (1, sizeof *p);
-        p->log = log;
-        p->errors = &run->errors;
-        p->seq = torture_begin (log, sector, step[i].slot,
-                                step[i].what == DO_WRITE ? T_WRITE : T_ZERO);
-        nbd_completion_callback cb = { .callback = completed, .user_data = p };
-        int64_t r;
-        if (step[i].what == DO_WRITE) {
-          p->buf = malloc (len);
-          torture_fill (g, p->buf, w->id, p->seq, sector, step[i].slot);
-          r = nbd_aio_pwrite (w->h, p->buf, len, off, cb,
-                              all ? LIBNBD_CMD_FLAG_FUA : 0);
-        }
-        else if (step[i].what == DO_ZERO)
-          r = nbd_aio_zero (w->h, len, off, cb,
-                            step[i].may_trim ? 0 : LIBNBD_CMD_FLAG_NO_HOLE);
-        else
-          r = nbd_aio_trim (w->h, len, off, cb, 0);
-        if (r == -1)
-          goto fail;
-      }
-    }
-    if (wait_below (w->h, 0) == -1)
-      goto fail;
+    if (torture_round (&run->g, &run->logs[w->id], w->id, &w->rng,
+                       submit, w) == -1 ||
+        wait_below (w->h, 0) == -1)
+      bail ("writer %u: %s", w->id, nbd_get_error ());
     if (pthread_barrier_wait (&run->barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
       check_round (run, w->h);
     pthread_barrier_wait (&run->barrier);
   }
   return NULL;
-
- fail:
-  bail ("writer %u: %s", w->id, nbd_get_error ());
 }
 
 int

@@ -111,8 +111,15 @@ rec_close (struct s4k_store *s)
   r->inner->ops->close (r->inner);
 }
 static const struct s4k_store_ops rec_ops = {
-  "recording", rec_read, rec_write, rec_zero, rec_trim, rec_flush,
-  rec_extents, rec_can_fast_zero, rec_close,
+  .name = "recording",
+  .read = rec_read,
+  .write = rec_write,
+  .zero = rec_zero,
+  .trim = rec_trim,
+  .flush = rec_flush,
+  .extents = rec_extents,
+  .can_fast_zero = rec_can_fast_zero,
+  .close = rec_close,
 };
 
 /* ---- random operations ------------------------------------------------ */

@@ -44,47 +44,48 @@ check_round (struct run *run)
   free (data);
 }
 
+struct engine_ctx {
+  struct writer *w;
+  char *buf;
+};
+
+/* Ops on the engine are synchronous: done when the call returns. */
+static int
+submit (void *opaque, const struct torture_step *step, uint32_t sector,
+        uint64_t off, uint64_t len, uint32_t seq)
+{
+  struct engine_ctx *c = opaque;
+  struct run *run = c->w->run;
+  bool all = step->slot == TORTURE_ALL;
+  int r;
+  if (step->what == DO_WRITE) {
+    torture_fill (&run->g, c->buf, c->w->id, seq, sector, step->slot);
+    r = s4k_write (run->dev, c->buf, len, off, all ? S4K_FUA : 0);
+  }
+  else if (step->what == DO_ZERO)
+    r = s4k_zero (run->dev, len, off, step->may_trim ? S4K_MAY_TRIM : 0);
+  else
+    r = s4k_trim (run->dev, len, off, 0);
+  torture_end (&run->logs[c->w->id], seq);
+  if (r)
+    __atomic_add_fetch (&run->errors, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
 static void *
 run_writer (void *arg)
 {
   struct writer *w = arg;
   struct run *run = w->run;
-  const struct torture_geom *g = &run->g;
-  struct torture_log *log = &run->logs[w->id];
-  char *buf = malloc (g->physical);
+  struct engine_ctx ctx = { w, malloc (run->g.physical) };
 
   for (unsigned round = 0; round < run->rounds; round++) {
-    for (uint32_t sector = 0; sector < g->nsectors; sector++) {
-      struct torture_step step[2];
-      unsigned n = torture_steps (&w->rng, w->id, step);
-      uint64_t soff = g->base + (uint64_t) sector * g->physical;
-      for (unsigned i = 0; i < n; i++) {
-        bool all = step[i].slot == TORTURE_ALL;
-        uint64_t off = all ? soff : soff + (uint64_t) w->id * g->logical;
-        uint64_t len = all ? g->physical : g->logical;
-        uint32_t seq = torture_begin (log, sector, step[i].slot,
-                                      step[i].what == DO_WRITE ? T_WRITE
-                                                               : T_ZERO);
-        int r;
-        if (step[i].what == DO_WRITE) {
-          torture_fill (g, buf, w->id, seq, sector, step[i].slot);
-          r = s4k_write (run->dev, buf, len, off, all ? S4K_FUA : 0);
-        }
-        else if (step[i].what == DO_ZERO)
-          r = s4k_zero (run->dev, len, off,
-                        step[i].may_trim ? S4K_MAY_TRIM : 0);
-        else
-          r = s4k_trim (run->dev, len, off, 0);
-        torture_end (log, seq);
-        if (r)
-          __atomic_add_fetch (&run->errors, 1, __ATOMIC_RELAXED);
-      }
-    }
+    torture_round (&run->g, &run->logs[w->id], w->id, &w->rng, submit, &ctx);
     if (pthread_barrier_wait (&run->barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
       check_round (run);
     pthread_barrier_wait (&run->barrier);
   }
-  free (buf);
+  free (ctx.buf);
   return NULL;
 }
 

@@ -1,0 +1,52 @@
+/* Request statistics: per-thread counter blocks, summed on demand, so
+ * counting never makes threads share a cache line. */
+#ifndef S4K_STATS_H
+#define S4K_STATS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "sect4k/sect4k.h"
+
+struct stats_block;
+
+struct stats_state {
+  uint64_t id;                          /* tells thread-local blocks apart */
+  _Atomic (struct stats_block *) blocks;
+  struct timespec start;
+  uint32_t physical, shift, offset_bucket, offset_bucket_bits;
+  /* Periodic saving. */
+  const char *path;
+  uint32_t interval;
+  bool summary;
+  pthread_t saver;
+  bool saver_running, stopping;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+};
+
+/* What one request did, for counting.  The data path fills in how the
+ * request sits on the sectors (it has worked that out anyway); a request
+ * refused before that leaves `placed` false and stats work it out. */
+struct tally {
+  bool placed;
+  bool cut;                     /* cuts a physical sector */
+  uint64_t sectors;             /* physical sectors touched */
+  uint64_t rmw_sectors, rmw_read_bytes, store_write_bytes;
+};
+
+void stats_init (struct stats_state *st, const struct s4k_geometry *g,
+                 const struct s4k_config *c);
+void stats_free (struct stats_state *st);
+/* Start and stop the periodic saver; stop also writes the final figures
+ * and the summary. */
+void stats_start (struct s4k_dev *d);
+void stats_stop (struct s4k_dev *d);
+struct stats_state *s4k_dev_stats_state (struct s4k_dev *d);
+void stats_count (struct stats_state *st, const struct s4k_geometry *g,
+                  enum s4k_op op, uint64_t len, uint64_t off, int result,
+                  bool refused, const struct tally *t);
+void stats_sum (struct stats_state *st, struct s4k_stats *out);
+
+#endif

@@ -1,0 +1,210 @@
+#!/bin/sh
+# The kernel tests, run by /init inside the test guest (busybox sh, with GNU
+# dd, util-linux and e2fsprogs in /opt/bin).  Arguments: the suites to run.
+#   nbd     the Linux nbd driver attached by sect4k-attach, one case at a time
+#   virtio  the virtio-blk disks the host gave qemu (one per case, serial=name)
+# TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
+# The host numbers the tests and checks that all of them came.
+PLUGIN=/opt/sect4k/sect4k.so
+# Debian's busybox sh runs its own applets before anything on PATH, and
+# busybox dd quietly drops O_DIRECT: call the real tools by path.
+for t in dd sfdisk mke2fs e2fsck dumpe2fs; do
+  [ -x "/opt/bin/$t" ] || { echo "S4K: not ok - /opt/bin/$t is in the guest"; exit 1; }
+  eval "$t () { /opt/bin/$t \"\$@\"; }"
+done
+SIZE=64M
+n=0
+ok () { n=$((n + 1)); echo "S4K: ok - $*"; }
+nok () { n=$((n + 1)); echo "S4K: not ok - $*"; }
+diag () { printf '%s\n' "$@" | sed 's/^/S4K: # /'; }
+# is DESC GOT EXPECTED
+is () {
+  if [ "$2" = "$3" ]; then ok "$1"; else nok "$1"; diag "  got '$2', expected '$3'"; fi
+}
+# check DESC COMMAND...
+check () { d=$1; shift; if "$@"; then ok "$d"; else nok "$d"; fi; }
+# says DESC TEXT PATTERN...: TEXT has a line matching every PATTERN.
+says () {
+  d=$1 t=$2; shift 2
+  for p in "$@"; do
+    printf '%s\n' "$t" | grep -q -e "$p" || { nok "$d"; diag "  no '$p' in the output"; return; }
+  done
+  ok "$d"
+}
+# refused DESC RC OUTPUT PATTERN: a command failed and said why.
+refused () {
+  if [ "$2" -ne 0 ] && printf '%s\n' "$3" | grep -q -e "$4"; then ok "$1"
+  else nok "$1"; diag "  exit $2, expected non-zero and '$4'"; fi
+  diag "  $3"
+}
+
+# The cases without comments, on fd 3 so that nothing in a loop eats them.
+sed -e 's/#.*//' -e '/^[[:space:]]*$/d' /cases > /tmp/cases
+
+server_pid=
+start_server () {  # NAME PARAMS...
+  name=$1; shift
+  rm -f "/tmp/$name.sock"
+  nbdkit -f -U "/tmp/$name.sock" -v -D sect4k.rmw=1 -D nbdkit.backend.datapath=0 \
+    "$@" 2>"/tmp/$name.log" &
+  server_pid=$!
+  i=0
+  while [ ! -S "/tmp/$name.sock" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+  [ -S "/tmp/$name.sock" ] || { diag "nbdkit for $name did not start:"; diag "$(tail -n 5 "/tmp/$name.log")"; }
+}
+stop_server () {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  server_pid=
+}
+
+load_nbd () { insmod /modules/nbd.ko nbds_max=2 max_part=4; }
+# io_min only ever grows on a reused nbd device: reload between cases.
+unload_nbd () { rmmod nbd; }
+
+# O_DIRECT I/O on DEV with geometry L, P, A and server log LOG ('' when the
+# server runs elsewhere); PFX names the case in test descriptions.
+direct_io_tests () {
+  pfx=$1 dev=$2 L=$3 P=$4 log=$5
+  head -c "$L" /dev/urandom > /tmp/pattern
+  check "$pfx: O_DIRECT write of $L bytes at offset $L succeeds" \
+    dd if=/tmp/pattern of="$dev" bs="$L" count=1 seek=1 oflag=direct conv=notrunc status=none
+  dd if="$dev" of=/tmp/back bs="$L" count=1 skip=1 iflag=direct status=none
+  check "$pfx: O_DIRECT read returns the $L bytes written" cmp -s /tmp/pattern /tmp/back
+  if [ -n "$log" ]; then
+    if [ "$P" -gt "$L" ]; then
+      check "$pfx: the server did a read-modify-write for that write" \
+        grep -q "rmw: write offset $L length $L:" "$log"
+    else
+      check "$pfx: the server did no read-modify-write (L = P)" \
+        test -z "$(grep 'rmw: ' "$log")"
+    fi
+  fi
+  if [ "$L" -gt 512 ]; then
+    head -c 512 /dev/urandom > /tmp/small
+    if dd if=/tmp/small of="$dev" bs=512 count=1 seek=1 oflag=direct conv=notrunc status=none 2>/tmp/dd.err; then
+      nok "$pfx: O_DIRECT write of 512 bytes fails with EINVAL"; diag "  it succeeded"
+    else
+      check "$pfx: O_DIRECT write of 512 bytes fails with EINVAL" grep -q 'Invalid argument' /tmp/dd.err ||
+        diag "  $(cat /tmp/dd.err)"
+    fi
+  fi
+}
+
+# sfdisk partition on a physical boundary, then mkfs.ext4 and fsck on it;
+# the file system's block size must be at least WANT.
+fs_tests () {
+  pfx=$1 dev=$2 L=$3 P=$4 A=$5 want=$6
+  b=${dev#/dev/}
+  case "$b" in *[0-9]) pb=${b}p1 ;; *) pb=${b}1 ;; esac   # nbd0p1, vdb1
+  part=/dev/$pb
+  echo ',,L' | sfdisk -q "$dev" >/tmp/sfdisk.out 2>&1
+  i=0
+  while [ ! -b "$part" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+  if ! [ -b "$part" ]; then
+    nok "$pfx: sfdisk made a partition"; diag "$(cat /tmp/sfdisk.out)"; return
+  fi
+  start=$(( $(cat "/sys/block/$b/$pb/start") * 512 ))
+  if [ "$A" = 0 ]; then
+    is "$pfx: sfdisk's partition starts on a physical boundary (byte $start mod $P)" $((start % P)) 0
+  else
+    # The kernel shows alignment_offset 0, so sfdisk cannot know A.
+    diag "$pfx: sfdisk's partition starts at byte $start, $(( (start - A) % P )) bytes past a physical boundary (A=$A): the kernel cannot show the alignment offset"
+  fi
+  check "$pfx: mkfs.ext4 on the partition" mke2fs -q -F -t ext4 "$part"
+  out=$(e2fsck -fn "$part" 2>&1)
+  check "$pfx: fsck -n passes" [ $? = 0 ] || diag "$out"
+  bsize=$(dumpe2fs -h "$part" 2>/dev/null | sed -n 's/^Block size:[[:space:]]*//p')
+  check "$pfx: the file system's block size ($bsize) is at least $want" [ "${bsize:-0}" -ge "$want" ]
+}
+
+suite_nbd () {
+  out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/none.sock' 2>&1)
+  refused "sect4k-attach refuses without the nbd driver" $? "$out" "nbd driver is missing"
+
+  while read -r name L P A params <&3; do
+    load_nbd
+    # shellcheck disable=SC2086
+    start_server "$name" $PLUGIN size=$SIZE $params
+    uri="nbd+unix:///?socket=/tmp/$name.sock"
+    min=$(nbdinfo --json --no-content "$uri" | sed -n 's/.*"block_size_minimum": \([0-9]*\).*/\1/p')
+    is "nbd $name: the server advertises minimum $L" "$min" "$L"
+    out=$(sect4k-attach "$uri" 2>&1); rc=$?
+    dev=$(printf '%s\n' "$out" | head -n 1)
+    diag "$out"
+    case "$rc:$dev" in
+      0:/dev/nbd*) ok "nbd $name: sect4k-attach attached $dev" ;;
+      *) nok "nbd $name: sect4k-attach attached a device"; stop_server; unload_nbd; continue ;;
+    esac
+    b=${dev#/dev/}
+    is "nbd $name: logical_block_size is the advertised minimum" \
+      "$(cat "/sys/block/$b/queue/logical_block_size")" "$min"
+    # The nbd driver has one block size for both and no alignment offset.
+    is "nbd $name: physical_block_size shows the logical size" \
+      "$(cat "/sys/block/$b/queue/physical_block_size")" "$L"
+    is "nbd $name: minimum_io_size follows it" "$(cat "/sys/block/$b/queue/minimum_io_size")" "$L"
+    is "nbd $name: alignment_offset is 0" "$(cat "/sys/block/$b/alignment_offset")" 0
+    if [ "$A" != 0 ]; then
+      says "nbd $name: sect4k-attach says what the kernel cannot show" "$out" \
+        "cannot show: physical sector $P .*alignment offset $A"
+    elif [ "$P" != "$L" ]; then
+      says "nbd $name: sect4k-attach says what the kernel cannot show" "$out" \
+        "cannot show: physical sector $P "
+    else
+      says "nbd $name: sect4k-attach says the kernel shows it all" "$out" "shows the whole geometry"
+    fi
+    direct_io_tests "nbd $name" "$dev" "$L" "$P" "/tmp/$name.log"
+    # mke2fs takes at least the kernel's logical size (4096 on 4kn); the
+    # physical size is unknown to it here.
+    case "$name" in 4kn|512e-xp|l2048) fs_tests "nbd $name" "$dev" "$L" "$P" "$A" "$L" ;; esac
+    out=$(sect4k-attach --detach "$dev" 2>&1)
+    is "nbd $name: sect4k-attach --detach $dev" "$?:$out" "0:$dev detached"
+    is "nbd $name: $dev has size 0 after detaching" "$(cat "/sys/block/$b/size")" 0
+    stop_server
+    unload_nbd
+  done 3< /tmp/cases
+
+  # The nbd driver of Linux < 6.15 takes at most PAGE_SIZE.
+  load_nbd
+  start_server big $PLUGIN size=$SIZE logical=8192 physical=8192
+  out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/big.sock' 2>&1)
+  refused "nbd l8192: sect4k-attach refuses a minimum of 8192" $? "$out" "more than this kernel"
+  is "nbd l8192: nbd0 stays unattached" "$(cat /sys/block/nbd0/size)" 0
+  stop_server
+  # Why sect4k-attach exists: plain nbd-client never asks for the block size.
+  start_server plain $PLUGIN size=$SIZE model=4kn
+  nbd-client -unix /tmp/plain.sock /dev/nbd0 >/dev/null 2>&1
+  is "plain nbd-client on 4kn: the kernel gets logical_block_size 512, not 4096" \
+    "$(cat /sys/block/nbd0/queue/logical_block_size)" 512
+  check "plain nbd-client on 4kn: reading the first 512 bytes fails" \
+    sh -c '! /opt/bin/dd if=/dev/nbd0 of=/dev/null bs=512 count=1 iflag=direct status=none 2>/dev/null'
+  nbd-client -d /dev/nbd0 >/dev/null 2>&1
+  stop_server
+  # nbdkit's memory plugin advertises no block sizes.
+  start_server nosize memory 1M
+  out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/nosize.sock' 2>&1)
+  refused "sect4k-attach refuses a server that advertises no block sizes" $? "$out" "advertises no block sizes"
+  stop_server
+  unload_nbd
+}
+
+suite_virtio () {
+  while read -r name L P A params <&3; do
+    dev=
+    for s in /sys/block/vd*; do
+      [ "$(cat "$s/serial" 2>/dev/null)" = "s4k-$name" ] && dev=/dev/${s##*/}
+    done
+    if [ -z "$dev" ]; then nok "virtio $name: the guest has a disk with serial s4k-$name"; continue; fi
+    ok "virtio $name: the guest has the disk as $dev"
+    b=${dev#/dev/}
+    is "virtio $name: logical_block_size" "$(cat "/sys/block/$b/queue/logical_block_size")" "$L"
+    is "virtio $name: physical_block_size" "$(cat "/sys/block/$b/queue/physical_block_size")" "$P"
+    # virtio-blk carries no alignment offset.
+    is "virtio $name: alignment_offset is 0" "$(cat "/sys/block/$b/alignment_offset")" 0
+    direct_io_tests "virtio $name" "$dev" "$L" "$P" ''
+    # sfdisk's 1 MiB start is on a physical boundary whenever A = 0.
+    case "$name" in 512e|l1024) fs_tests "virtio $name" "$dev" "$L" "$P" "$A" "$L" ;; esac
+  done 3< /tmp/cases
+}
+
+for s in "$@"; do "suite_$s"; done
+echo "S4K: TESTS $n"

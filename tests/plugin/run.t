@@ -1,0 +1,35 @@
+#!/bin/bash
+# make run: serves the default 512e 10G device on loopback TCP, prints the
+# URI, the geometry and how to attach, and stops on Ctrl-C (SIGINT).
+. "$(dirname "$0")/../lib.sh"
+need nbdkit nbdinfo
+[ -z "${SECT4K_SAN:-}" ] || skip_all "make run serves the plain build"
+top=$(cd "$(dirname "$0")/../.." && pwd)
+port=$((20000 + RANDOM % 20000))
+# Job control: a background job of a plain script ignores SIGINT, and
+# its own process group gets Ctrl-C as a terminal would send it.
+set -m
+env PORT=$port SECT4K_PLUGIN="$SECT4K_PLUGIN" "$top/scripts/sect4k-run" \
+  >"$tmpdir/run.out" 2>&1 &
+runpid=$!
+set +m
+for _ in $(seq 100); do grep -q 'Stop with Ctrl-C' "$tmpdir/run.out" && break; sleep 0.1; done
+grep -q "serving nbd://localhost:$port" "$tmpdir/run.out" &&
+  grep -q "512e: logical 512, physical 4096" "$tmpdir/run.out" &&
+  grep -q "nbd-client localhost $port -b 512" "$tmpdir/run.out"
+ok $? "prints the URI, the geometry and how to attach"
+size=$(nbdinfo --size "nbd://localhost:$port")
+[ "$size" = 10737418240 ]
+ok $? "a client sees the 10G device ($size)"
+# Listening sockets (state 0A) on the port, from /proc: only 127.0.0.1.
+hex=$(printf '%04X' $port)
+addrs=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+        awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { print $2 }')
+[ "$addrs" = "0100007F:$hex" ]
+ok $? "it listens on loopback only ($addrs)"
+kill -INT -- -$runpid
+for _ in $(seq 50); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+! kill -0 $runpid 2>/dev/null && grep -q 'sect4k: stopped' "$tmpdir/run.out"
+ok $? "Ctrl-C stops it"
+kill -9 -- -$runpid 2>/dev/null
+done_testing
