@@ -18,12 +18,13 @@ server=$1 plugin=$2
 RUNTIME=${RUNTIME:-8} REPEATS=${REPEATS:-3} SIZE=${SIZE:-256M}
 CG_N1=${CG_N1:-4000} CG_N2=${CG_N2:-20000} CG_SIZE=${CG_SIZE:-16M}
 OUT=${OUT:-build/bench-server.txt}
-for c in fio nbdkit valgrind python3; do
+for c in fio nbdkit valgrind callgrind_control python3; do
   command -v $c >/dev/null || { echo "bench: $c is not installed" >&2; exit 1; }
 done
 keys="size=$SIZE model=512e"
 dir=$(mktemp -d /tmp/sect4k-bench.XXXXXX)
 pid=
+server_opts=()
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
 
 # start KIND [wrapper...]: serves $keys on $dir/sock; sets $pid.
@@ -31,7 +32,7 @@ start () {
   kind=$1; shift
   rm -f "$dir/sock"
   case $kind in
-    server) "$@" "$server" --unix "$dir/sock" $keys 2>"$dir/$kind.log" & ;;
+    server) "$@" "$server" "${server_opts[@]}" --unix "$dir/sock" $keys 2>"$dir/$kind.log" & ;;
     nbdkit) "$@" nbdkit -f -U "$dir/sock" "$plugin" $keys 2>"$dir/$kind.log" & ;;
   esac
   pid=$!
@@ -78,26 +79,35 @@ for rw in randread randwrite; do
 done
 
 # Instructions per request under callgrind (randread, QD16, 2 jobs).
+# Under valgrind the server runs one event-loop thread: valgrind runs one
+# thread at a time, and a thread waiting in io_uring_enter stalls the
+# others and signal delivery.  So the counters are dumped with
+# callgrind_control and the process killed, the same for both servers.
 ir () {      # ir KIND N: total instructions of the server for N requests
   kind=$1 n=$2
-  start $kind valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" -q
+  server_opts=(-t 1)
+  start $kind valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" -q
   fill                          # same in both runs: cancels out
-  fio_run randread --number_ios=$((n / 2)) >/dev/null
-  stop
+  fio_run randread --io_size=$((n / 2 * 4096)) >/dev/null   # per job
+  callgrind_control -d $pid >/dev/null 2>&1
+  kill -KILL $pid; wait $pid 2>/dev/null || true; pid=
+  server_opts=()
   total=0
-  for f in "$dir"/cg.*; do
-    t=$(sed -n 's/^summary: *//p;s/^totals: *//p' "$f" | head -1 | awk '{print $1}')
-    total=$((total + t))
+  for f in "$dir"/cg.out*; do
+    t=$(sed -n 's/^totals: *//p' "$f" | head -1 | awk '{print $1}')
+    total=$((total + ${t:-0}))
   done
-  rm -f "$dir"/cg.*
-  echo $total
+  rm -f "$dir"/cg.out*
+  ios=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][0]["read"]["total_ios"])' "$dir/fio.json")
+  echo "$total $ios"
 }
 keys="size=$CG_SIZE model=512e" SIZE=$CG_SIZE
-echo "# callgrind: instructions per 4k random read = (Ir($CG_N2) - Ir($CG_N1)) / $((CG_N2 - CG_N1)), prefilled $CG_SIZE device"
+echo "# callgrind: instructions per 4k random read (QD16, 2 jobs) = difference of two runs ($CG_N1 and $CG_N2 requests) / difference of requests, prefilled $CG_SIZE device"
 for kind in server nbdkit; do
-  a=$(ir $kind $CG_N1) b=$(ir $kind $CG_N2)
-  per=$(( (b - a) / (CG_N2 - CG_N1) ))
+  read -r a na < <(ir $kind $CG_N1)
+  read -r b nb < <(ir $kind $CG_N2)
+  per=$(( (b - a) / (nb - na) ))
   eval "ipr_$kind=$per"
-  echo "$kind: $per instructions per request (Ir $a for $CG_N1, $b for $CG_N2)"
+  echo "$kind: $per instructions per request (Ir $a for $na requests, $b for $nb)"
 done
 echo "instructions per request: server/nbdkit = $(python3 -c "print(f'{$ipr_server/$ipr_nbdkit:.2f}')")"

@@ -466,7 +466,7 @@ reply_result (struct conn *c, int r, enum s4k_op op)
   }
   else {
     snprintf (msg, sizeof msg, "%s at offset %" PRIu64 " length %" PRIu32
-              ": %s", s4k_op_names[op], c->offset, c->length, strerror (-r));
+              ": %s", s4k_op_names[op], c->offset, c->length, s4k_strerror (-r));
     if (r != -ENOTSUP && (r != -EINVAL || c->cfg->verbose))
       log_msg ("%s: %s", c->name, msg);
   }

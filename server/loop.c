@@ -204,7 +204,7 @@ on_accept (struct worker *w, int res)
   w->accept_busy = false;
   if (res < 0) {
     if (res != -ECANCELED && !w->stopping) {
-      log_msg ("accept: %s", strerror (-res));
+      log_msg ("accept: %s", s4k_strerror (-res));
       w->accept_retry = true;   /* after a tick, not in a tight loop */
     }
     return;
@@ -282,7 +282,7 @@ on_recv (struct worker *w, struct sconn *sc, int res)
     conn_process (&sc->c);      /* ends it: no partial request is served */
   else if (!sc->closing) {
     if (res < 0 && res != -ECONNRESET)
-      log_msg ("%s: receive: %s", sc->name, strerror (-res));
+      log_msg ("%s: receive: %s", sc->name, s4k_strerror (-res));
     else if (w->s->cfg.verbose)
       log_msg ("%s: the client closed the connection", sc->name);
     start_close (sc);
@@ -296,7 +296,7 @@ on_send (struct worker *w, struct sconn *sc, int res)
   sc->send_busy = false;
   if (res < 0) {
     if (!sc->closing && res != -EPIPE && res != -ECONNRESET)
-      log_msg ("%s: send: %s", sc->name, strerror (-res));
+      log_msg ("%s: send: %s", sc->name, s4k_strerror (-res));
     start_close (sc);
     kick (w, sc);
     return;
@@ -400,7 +400,7 @@ worker_main (void *arg)
     struct __kernel_timespec ts = { 0, TICK_MS * 1000000LL };
     r = io_uring_submit_and_wait_timeout (&w->ring, &cqe, 1, &ts, NULL);
     if (r < 0 && r != -ETIME && r != -EINTR) {
-      log_msg ("io_uring_submit_and_wait: %s", strerror (-r));
+      log_msg ("io_uring_submit_and_wait: %s", s4k_strerror (-r));
       abort ();
     }
     unsigned head, n = 0;
@@ -448,7 +448,7 @@ serve (struct server *s)
     w->wake_fd = eventfd (0, EFD_CLOEXEC);
     if (w->wake_fd == -1 ||
         pthread_create (&w->thread, NULL, worker_main, w) != 0) {
-      log_msg ("cannot start event-loop thread: %s", strerror (errno));
+      log_msg ("cannot start event-loop thread: %s", s4k_strerror (errno));
       ret = -1;
       break;
     }
@@ -461,7 +461,7 @@ serve (struct server *s)
     if (ws[i].init_error < 0) {
       log_msg ("io_uring_queue_init: %s (is io_uring disabled? see "
                "/proc/sys/kernel/io_uring_disabled)",
-               strerror (-ws[i].init_error));
+               s4k_strerror (-ws[i].init_error));
       ret = -1;
     }
 
@@ -474,7 +474,7 @@ serve (struct server *s)
   uint64_t one = 1;
   for (unsigned i = 0; i < started; i++)
     if (write (ws[i].wake_fd, &one, sizeof one) != sizeof one)
-      log_msg ("eventfd write: %s", strerror (errno));
+      log_msg ("eventfd write: %s", s4k_strerror (errno));
   for (unsigned i = 0; i < started; i++) {
     pthread_join (ws[i].thread, NULL);
     add_stats (&s->stats, &ws[i].stats);

@@ -135,7 +135,7 @@ listen_tcp (const char *spec, bool allow_remote, char *where, size_t wlen)
       setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == -1 ||
       bind (fd, ai->ai_addr, ai->ai_addrlen) == -1 ||
       listen (fd, SOMAXCONN) == -1) {
-    fprintf (stderr, PROG ": --listen %s: %s\n", spec, strerror (errno));
+    fprintf (stderr, PROG ": --listen %s: %s\n", spec, s4k_strerror (errno));
     if (fd != -1)
       close (fd);
     freeaddrinfo (ai);
@@ -185,7 +185,7 @@ listen_unix (const char *path, char *where, size_t wlen)
   int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd == -1 || bind (fd, (struct sockaddr *) &sun, sizeof sun) == -1 ||
       listen (fd, SOMAXCONN) == -1 || rename (tmp, path) == -1) {
-    fprintf (stderr, PROG ": --unix %s: %s\n", path, strerror (errno));
+    fprintf (stderr, PROG ": --unix %s: %s\n", path, s4k_strerror (errno));
     unlink (tmp);
     if (fd != -1)
       close (fd);
@@ -200,7 +200,7 @@ write_stats (const char *file, const struct server *s)
 {
   FILE *f = strcmp (file, "-") == 0 ? stderr : fopen (file, "w");
   if (!f) {
-    fprintf (stderr, PROG ": --stats %s: %s\n", file, strerror (errno));
+    fprintf (stderr, PROG ": --stats %s: %s\n", file, s4k_strerror (errno));
     return -1;
   }
   static const char *const names[NBD_CMD_COUNT] = {
@@ -215,7 +215,7 @@ write_stats (const char *file, const struct server *s)
   fprintf (f, "bytes_read=%" PRIu64 "\n", s->stats.bytes_read);
   fprintf (f, "bytes_written=%" PRIu64 "\n", s->stats.bytes_written);
   if (f != stderr && fclose (f) != 0) {
-    fprintf (stderr, PROG ": --stats %s: %s\n", file, strerror (errno));
+    fprintf (stderr, PROG ": --stats %s: %s\n", file, s4k_strerror (errno));
     return -1;
   }
   return 0;
@@ -339,6 +339,8 @@ main (int argc, char **argv)
   }
   s4k_dev_start (dev);
   const struct s4k_geometry *g = s4k_dev_geometry (dev);
+  if (s4k_dev_readonly (dev))   /* e.g. file= not writable */
+    s.cfg.readonly = true;
   s.cfg.dev = dev;
   s.cfg.size = g->size;
   s.cfg.minimum = g->logical;
@@ -358,9 +360,9 @@ main (int argc, char **argv)
     s4k_dev_close (dev);
     return 1;
   }
-  log_msg ("serving %s, size %" PRIu64 "%s on %s (%u threads)",
+  log_msg ("serving %s, size %" PRIu64 "%s on %s (%u threads); %s",
            s.cfg.description, s.cfg.size, s.cfg.readonly ? ", read-only" : "",
-           where, s.threads);
+           where, s.threads, s4k_dev_store_info (dev));
 
   int ret = serve (&s) == 0 ? 0 : 1;
   close (s.listen_fd);
@@ -368,7 +370,7 @@ main (int argc, char **argv)
     unlink (unix_path);
   int r = s4k_flush (dev);
   if (r < 0) {
-    log_msg ("flush at exit: %s", strerror (-r));
+    log_msg ("flush at exit: %s", s4k_strerror (-r));
     ret = 1;
   }
   if (stats_file && write_stats (stats_file, &s) == -1)
