@@ -41,6 +41,10 @@ $(FUZZ_BIN): server/fuzz.c server/conn.c $(SERVER_HDRS) $(ENGINE_SRCS) $(wildcar
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  $(URING_CFLAGS) -o $@ server/fuzz.c server/conn.c $(ENGINE_SRCS) \
 	  -pthread $(URING_LIBS)
+$(FUZZ_BIN): | fuzz-deps
+.PHONY: fuzz-deps
+fuzz-deps:
+	@scripts/install-deps clang
 fuzz: $(FUZZ_BIN)
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/crashes
 	$(FUZZ_BIN) -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=2048 \
@@ -50,6 +54,7 @@ fuzz: $(FUZZ_BIN)
 
 bench: bench-server
 bench-server: $(SERVER) $(PLUGIN)
+	@scripts/install-deps fio valgrind
 	server/bench.sh $(abspath $(SERVER)) $(abspath $(PLUGIN))
 
 install: install-server
