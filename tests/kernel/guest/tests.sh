@@ -179,6 +179,25 @@ suite_nbd () {
     sh -c '! /opt/bin/dd if=/dev/nbd0 of=/dev/null bs=512 count=1 iflag=direct status=none 2>/dev/null'
   nbd-client -d /dev/nbd0 >/dev/null 2>&1
   stop_server
+  # The standalone server (no nbdkit) serves the kernel the same way.
+  if [ -x /opt/bin/sect4k-server ]; then
+    rm -f /tmp/srv.sock
+    sect4k-server --unix /tmp/srv.sock size=$SIZE model=4kn 2>/tmp/srv.log &
+    srv_pid=$!
+    i=0
+    while [ ! -S /tmp/srv.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/srv.sock' 2>&1)
+    dev=$(printf '%s\n' "$out" | head -n 1)
+    case "$dev" in
+      /dev/nbd*)
+        is "sect4k-server 4kn: logical_block_size 4096" \
+          "$(cat "/sys/block/${dev#/dev/}/queue/logical_block_size")" 4096
+        direct_io_tests "sect4k-server 4kn" "$dev" 4096 4096 ""
+        sect4k-attach --detach "$dev" >/dev/null 2>&1 ;;
+      *) nok "sect4k-server 4kn: sect4k-attach attached a device"; diag "$out" "$(cat /tmp/srv.log)" ;;
+    esac
+    kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null
+  fi
   # nbdkit's memory plugin advertises no block sizes.
   start_server nosize memory 1M
   out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/nosize.sock' 2>&1)
