@@ -34,6 +34,15 @@ def done_testing():
     sys.exit(1 if _failed else 0)
 
 
+def rss(pid):
+    """Resident memory of process pid in bytes, from /proc."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 PLUGIN = os.environ.get("SECT4K_PLUGIN") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "sect4k.so")
 

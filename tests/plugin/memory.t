@@ -7,7 +7,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, skip_all, done_testing, Nbdkit  # noqa: E402
+from tap import ok, diag, skip_all, done_testing, Nbdkit, rss  # noqa: E402
 
 try:
     import nbd
@@ -17,14 +17,6 @@ if os.environ.get("SECT4K_SAN"):
     skip_all("RSS means nothing under a sanitizer")
 
 MiB = 1 << 20
-
-
-def rss(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def write_random(uri, size, block, total, seed):

@@ -11,20 +11,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, done_testing  # noqa: E402
+from tap import ok, diag, done_testing, rss  # noqa: E402
 import srvlib  # noqa: E402
 from srvlib import Server, greet, send_opt, recv_opt_reply, go, request, recv_exact, closed  # noqa: E402
 
 srvlib.need_server()
 ERR_TOO_BIG = 0x80000009
-
-
-def rss(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def works(srv):
