@@ -179,6 +179,17 @@ suite_nbd () {
     sh -c '! /opt/bin/dd if=/dev/nbd0 of=/dev/null bs=512 count=1 iflag=direct status=none 2>/dev/null'
   nbd-client -d /dev/nbd0 >/dev/null 2>&1
   stop_server
+  # A server maximum below the driver's 32 MiB caps the kernel's requests.
+  start_server maxreq $PLUGIN size=$SIZE model=512e max-request=64K
+  out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/maxreq.sock' 2>&1)
+  dev=$(printf '%s\n' "$out" | head -n 1)
+  is "max-request=64K: sect4k-attach caps max_sectors_kb at 64" \
+    "$(cat "/sys/block/${dev#/dev/}/queue/max_sectors_kb" 2>/dev/null)" 64
+  check "max-request=64K: a 1 MiB O_DIRECT write succeeds (split by the kernel)" \
+    /opt/bin/dd if=/dev/zero of="$dev" bs=1M count=1 oflag=direct conv=notrunc status=none
+  check "max-request=64K: the server refused nothing" sh -c '! grep -q refused /tmp/maxreq.log'
+  sect4k-attach --detach "$dev" >/dev/null 2>&1
+  stop_server
   # The standalone server (no nbdkit) serves the kernel the same way.
   if [ -x /opt/bin/sect4k-server ]; then
     rm -f /tmp/srv.sock
