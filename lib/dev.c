@@ -13,8 +13,6 @@
 
 struct s4k_dev {
   struct s4k_geometry g;
-  uint64_t shift;               /* (P - A) mod P: see lib/geometry.c */
-  unsigned pbits;               /* log2 P */
   bool counting;                /* keep statistics */
   uint32_t max_request;
   bool strict;
@@ -75,8 +73,6 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     return -ENOMEM;
   }
   d->g = c->geom;
-  d->shift = (d->g.physical - d->g.alignment) & (d->g.physical - 1);
-  d->pbits = __builtin_ctz (d->g.physical);
   d->max_request = c->max_request;
   d->strict = c->strict;
   d->counting = c->stats_count;
@@ -262,20 +258,12 @@ struct span {
 static struct span
 span_of (const struct s4k_dev *d, uint64_t len, uint64_t off)
 {
-  /* The geometry of lib/geometry.c, inlined: this runs for every request. */
   struct span s;
   const uint64_t end = off + len;
-  s.first = (off + d->shift) >> d->pbits;
-  s.last = (end - 1 + d->shift) >> d->pbits;
-  uint64_t hs = s.first << d->pbits, ts = s.last << d->pbits;
-  s.head_start = hs > d->shift ? hs - d->shift : 0;
-  s.head_end = hs + d->g.physical - d->shift;
-  if (s.head_end > d->g.size)
-    s.head_end = d->g.size;
-  s.tail_start = ts > d->shift ? ts - d->shift : 0;
-  s.tail_end = ts + d->g.physical - d->shift;
-  if (s.tail_end > d->g.size)
-    s.tail_end = d->g.size;
+  s.first = s4k_sector_index (&d->g, off);
+  s.last = s4k_sector_index (&d->g, end - 1);
+  s4k_sector_range (&d->g, s.first, &s.head_start, &s.head_end);
+  s4k_sector_range (&d->g, s.last, &s.tail_start, &s.tail_end);
   s.head_cut = off != s.head_start || (s.first == s.last && end != s.head_end);
   s.tail_cut = s.first != s.last && end != s.tail_end;
   s.mid_start = s.head_cut ? s.head_end : off;

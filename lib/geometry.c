@@ -49,43 +49,10 @@ s4k_geometry_check (const struct s4k_geometry *g, char *err, size_t errlen)
   return 0;
 }
 
-/* Shifting offsets by (P - A) mod P puts every physical boundary on a
- * multiple of P, so sector k is simply [kP, (k+1)P) in shifted space. */
-static inline uint64_t
-shift_of (const struct s4k_geometry *g)
-{
-  return (g->physical - g->alignment) & (g->physical - 1);
-}
-
-uint64_t
-s4k_sector_index (const struct s4k_geometry *g, uint64_t off)
-{
-  /* P is a power of two: a shift, not a division, on the data path. */
-  return (off + shift_of (g)) >> __builtin_ctz (g->physical);
-}
-
-void
-s4k_sector_range (const struct s4k_geometry *g, uint64_t k,
-                  uint64_t *start, uint64_t *end)
-{
-  const uint64_t shift = shift_of (g);
-  const uint64_t s = k * g->physical, e = s + g->physical;
-
-  *start = s > shift ? s - shift : 0;
-  *end = e - shift < g->size ? e - shift : g->size;
-}
-
 uint64_t
 s4k_sector_count (const struct s4k_geometry *g)
 {
-  return (g->size + shift_of (g) + g->physical - 1) / g->physical;
-}
-
-bool
-s4k_is_boundary (const struct s4k_geometry *g, uint64_t off)
-{
-  return off == 0 || off == g->size ||
-         ((off + shift_of (g)) & (g->physical - 1)) == 0;
+  return (g->size + s4k_sector_shift (g) + g->physical - 1) / g->physical;
 }
 
 uint64_t

@@ -168,7 +168,7 @@ stats_init (struct stats_state *st, const struct s4k_geometry *g,
   st->id = atomic_fetch_add (&next_stats_id, 1);
   clock_gettime (CLOCK_MONOTONIC, &st->start);
   st->physical = g->physical;
-  st->shift = (g->physical - g->alignment) % g->physical;
+  st->shift = s4k_sector_shift (g);
   st->offset_bucket = g->physical / S4K_OFFSET_BUCKETS > g->logical
                       ? g->physical / S4K_OFFSET_BUCKETS : g->logical;
   st->offset_bucket_bits = __builtin_ctz (st->offset_bucket);

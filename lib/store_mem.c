@@ -40,7 +40,7 @@ struct slab {
 
 struct mem_store {
   struct s4k_store base;
-  uint64_t size, shift;         /* shift: see lib/geometry.c */
+  uint64_t size, shift;         /* shift: s4k_sector_shift */
   uint64_t chunk;               /* bytes, a power of two */
   unsigned chunk_bits;
   uint64_t nleaves;
@@ -317,7 +317,7 @@ s4k_mem_store_new (const struct s4k_geometry *g, char *err, size_t errlen)
 {
   uint64_t page = sysconf (_SC_PAGESIZE);
   uint64_t chunk = g->physical > page ? g->physical : page;
-  uint64_t shift = (g->physical - g->alignment) % g->physical;
+  uint64_t shift = s4k_sector_shift (g);
   unsigned bits = __builtin_ctzll (chunk);
   uint64_t nchunks = ((g->size + shift) >> bits) + 1;
   uint64_t nleaves = (nchunks + LEAF_ENTRIES - 1) / LEAF_ENTRIES;

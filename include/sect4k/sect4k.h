@@ -36,15 +36,44 @@ struct s4k_geometry {
 /* Checks the geometry contract; fills err on failure. */
 int s4k_geometry_check (const struct s4k_geometry *g, char *err, size_t errlen);
 
+/* Shifting offsets by (P - A) mod P puts every physical boundary on a
+ * multiple of P, so sector k is simply [kP, (k+1)P) in shifted space.
+ * These run for every request: inline, and shifts rather than divisions
+ * (P is a power of two). */
+static inline uint64_t
+s4k_sector_shift (const struct s4k_geometry *g)
+{
+  return (g->physical - g->alignment) & (g->physical - 1);
+}
+
 /* Index of the physical sector holding byte off (off < size). */
-uint64_t s4k_sector_index (const struct s4k_geometry *g, uint64_t off);
+static inline uint64_t
+s4k_sector_index (const struct s4k_geometry *g, uint64_t off)
+{
+  return (off + s4k_sector_shift (g)) >> __builtin_ctz (g->physical);
+}
+
 /* Byte range [*start, *end) of physical sector k, clipped to [0, size). */
-void s4k_sector_range (const struct s4k_geometry *g, uint64_t k,
-                       uint64_t *start, uint64_t *end);
+static inline void
+s4k_sector_range (const struct s4k_geometry *g, uint64_t k,
+                  uint64_t *start, uint64_t *end)
+{
+  const uint64_t shift = s4k_sector_shift (g);
+  const uint64_t s = k << __builtin_ctz (g->physical), e = s + g->physical;
+  *start = s > shift ? s - shift : 0;
+  *end = e - shift < g->size ? e - shift : g->size;
+}
+
+/* True if off is a physical boundary (0, size, or off = A mod P). */
+static inline bool
+s4k_is_boundary (const struct s4k_geometry *g, uint64_t off)
+{
+  return off == 0 || off == g->size ||
+         ((off + s4k_sector_shift (g)) & (g->physical - 1)) == 0;
+}
+
 /* Number of physical sectors (including short first/last ones). */
 uint64_t s4k_sector_count (const struct s4k_geometry *g);
-/* True if off is a physical boundary (0, size, or off = A mod P). */
-bool s4k_is_boundary (const struct s4k_geometry *g, uint64_t off);
 /* Lowest aligned LBA as scsi_debug means it: A / L. */
 uint64_t s4k_lowest_aligned (const struct s4k_geometry *g);
 
