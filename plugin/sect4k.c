@@ -18,6 +18,7 @@ NBDKIT_DLL_PUBLIC int sect4k_debug_rmw = 0;
 
 static struct s4k_config cfg;
 static struct s4k_dev *dev;
+static char description[256];   /* the export description, set once */
 
 struct handle {
   bool refused_once;            /* strict refusals are logged once */
@@ -67,15 +68,16 @@ log_debug (void *opaque, const char *msg)
 static int
 sect4k_get_ready (void)
 {
-  char err[512], desc[256];
+  char err[512];
   if (s4k_dev_open (&dev, &cfg, err, sizeof err) < 0) {
     nbdkit_error ("%s", err);
     return -1;
   }
   if (sect4k_debug_rmw)
     s4k_dev_set_debug (dev, S4K_DEBUG_RMW, log_debug, NULL);
-  s4k_dev_describe (dev, desc, sizeof desc);
-  nbdkit_debug ("sect4k: %s, size %" PRIu64, desc,
+  /* Before any connection: the threads then only read it. */
+  s4k_dev_describe (dev, description, sizeof description);
+  nbdkit_debug ("sect4k: %s, size %" PRIu64, description,
                 s4k_dev_geometry (dev)->size);
   nbdkit_debug ("sect4k: %s", s4k_dev_store_info (dev));
   return 0;
@@ -141,10 +143,7 @@ static const char *
 sect4k_export_description (void *handle)
 {
   (void) handle;
-  static char desc[256];
-  if (!desc[0])
-    s4k_dev_describe (dev, desc, sizeof desc);
-  return desc;
+  return description;
 }
 
 static int
