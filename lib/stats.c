@@ -102,10 +102,10 @@ stats_count (struct stats_state *st, const struct s4k_geometry *g,
   if (refused)
     add (&c->refused, 1);
   add (&c->size_hist[size_bucket (len)], 1);
-  add (&c->offset_hist[((off + st->shift) & (st->physical - 1))
+  add (&c->offset_hist[((off + s4k_sector_shift (g)) & (g->physical - 1))
                        >> st->offset_bucket_bits], 1);
   add (&c->sectors_touched, sectors);
-  if (sectors > (len + st->physical - 1) >> __builtin_ctz (st->physical))
+  if (sectors > (len + g->physical - 1) >> __builtin_ctz (g->physical))
     add (&c->extra_sectors, 1);
   add (&c->rmw_sectors, t->rmw_sectors);
   add (&c->rmw_read_bytes, t->rmw_read_bytes);
@@ -121,7 +121,7 @@ stats_sum (struct stats_state *st, struct s4k_stats *out)
   out->elapsed = (now.tv_sec - st->start.tv_sec) +
                  (now.tv_nsec - st->start.tv_nsec) / 1e9;
   out->offset_bucket = st->offset_bucket;
-  out->offset_buckets = st->physical / st->offset_bucket;
+  out->offset_buckets = st->offset_buckets;
 #define SUM(f) o->f += atomic_load_explicit (&c->f, memory_order_relaxed)
   for (struct stats_block *b = atomic_load (&st->blocks); b; b = b->next)
     for (unsigned i = 0; i < S4K_NOPS; i++) {
@@ -167,11 +167,10 @@ stats_init (struct stats_state *st, const struct s4k_geometry *g,
   memset (st, 0, sizeof *st);
   st->id = atomic_fetch_add (&next_stats_id, 1);
   clock_gettime (CLOCK_MONOTONIC, &st->start);
-  st->physical = g->physical;
-  st->shift = s4k_sector_shift (g);
   st->offset_bucket = g->physical / S4K_OFFSET_BUCKETS > g->logical
                       ? g->physical / S4K_OFFSET_BUCKETS : g->logical;
   st->offset_bucket_bits = __builtin_ctz (st->offset_bucket);
+  st->offset_buckets = g->physical / st->offset_bucket;   /* <= 64 */
   st->path = c->statsfile;
   st->interval = c->stats_interval;
   st->summary = c->stats_summary;

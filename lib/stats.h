@@ -15,7 +15,7 @@ struct stats_state {
   uint64_t id;                          /* tells thread-local blocks apart */
   _Atomic (struct stats_block *) blocks;
   struct timespec start;
-  uint32_t physical, shift, offset_bucket, offset_bucket_bits;
+  uint32_t offset_bucket, offset_bucket_bits, offset_buckets;
   /* Periodic saving. */
   const char *path;
   uint32_t interval;
