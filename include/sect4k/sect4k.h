@@ -131,7 +131,56 @@ struct s4k_io {
 typedef int s4k_extent_fn (void *opaque, uint64_t off, uint64_t len,
                            bool zero);
 
+/* ---- event loops: how asynchronous requests reach a front end's ring --- */
+
+struct io_uring;
+
+/* Every io_uring submission the engine makes on a front end's ring carries
+ * a pointer to one of these as its user data: the loop hands each
+ * completion to c->fn (res is cqe->res).  Front ends may use the same
+ * convention for their own operations. */
+struct s4k_completion {
+  void (*fn) (struct s4k_completion *c, int res);
+  struct s4k_completion *next;     /* for the loop's post queue */
+};
+
+/* One event-loop thread, as the engine sees it. */
+struct s4k_loop {
+  struct io_uring *ring;           /* the engine queues store I/O here;
+                                      the loop submits it */
+  /* Runs c->fn (c, 0) soon on the loop's own thread.  Any thread may call
+   * it (a sector lock is released by whichever thread held it). */
+  void (*post) (struct s4k_loop *loop, struct s4k_completion *c);
+};
+
 struct s4k_store;
+
+/* An asynchronous read, write or flush of whole physical sectors (stores
+ * whose `async` is true).  The engine fills the first part; the rest is
+ * the store's. */
+#define S4K_REQ_PIECES 3
+struct s4k_store_req {
+  struct s4k_loop *loop;
+  enum { S4K_REQ_READ, S4K_REQ_WRITE, S4K_REQ_FLUSH } kind;
+  bool fua;
+  struct s4k_io io[S4K_REQ_PIECES];
+  unsigned n;
+  /* Called on the loop's thread once every piece has finished, unless
+   * submit returned the result at once. */
+  void (*done) (struct s4k_store_req *r, int res);
+  /* The store's own. */
+  struct s4k_store_piece {
+    struct s4k_completion c;
+    struct s4k_store_req *req;
+    char *buf;
+    uint64_t off, left;
+  } piece[S4K_REQ_PIECES];
+  unsigned inflight;
+  int err;
+  void *bounce;                    /* malloc'd; freed with the request */
+  size_t bounce_len;
+};
+
 struct s4k_store_ops {
   const char *name;
   /* n pieces submitted together (an RMW reads head and tail at once). */
@@ -154,9 +203,14 @@ struct s4k_store_ops {
   /* Optional: one line on where the data lives and how it is reached. */
   const char *(*info) (const struct s4k_store *s);
   void (*close) (struct s4k_store *s);
+  /* With async: starts req on req->loop's ring.  Returns 1 if it is in
+   * flight (req->done follows), else its result (0 or -errno) now. */
+  int (*submit) (struct s4k_store *s, struct s4k_store_req *req);
 };
 struct s4k_store {
   const struct s4k_store_ops *ops;
+  bool async;                      /* submit works: reads, writes and
+                                      flushes can go through a ring */
 };
 
 struct s4k_store *s4k_mem_store_new (const struct s4k_geometry *g,
@@ -220,6 +274,32 @@ int s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off);
 /* Runs are reported at logical granularity. */
 int s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
                  s4k_extent_fn *fn, void *opaque);
+
+/* ---- asynchronous requests (event-loop front ends) -------------------- */
+
+/* True if the store can run reads, writes and flushes through an event
+ * loop's ring (the file store with io_uring).  Otherwise the synchronous
+ * calls above are all there is: they never wait on the disk. */
+bool s4k_dev_async (const struct s4k_dev *d);
+
+/* A slot for one asynchronous request at a time, bound to one loop (and
+ * used only on its thread).  Zero, trim, cache and extents stay
+ * synchronous. */
+struct s4k_aio;
+typedef void s4k_aio_done_fn (void *opaque, int r);
+struct s4k_aio *s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop,
+                             s4k_aio_done_fn *done, void *opaque);
+/* Only when no request is in flight. */
+void s4k_aio_free (struct s4k_aio *a);
+/* Each returns 1 if the request is in flight: done (opaque, r) then runs
+ * later on the loop's thread, and the buffer must stay as it is until
+ * then.  Otherwise it returns the result (0 or -errno, as the synchronous
+ * calls) and done is not called.  A request waiting for a sector lock
+ * holds none, so requests of one thread never deadlock each other. */
+int s4k_aio_read (struct s4k_aio *a, void *buf, uint64_t len, uint64_t off);
+int s4k_aio_write (struct s4k_aio *a, const void *buf, uint64_t len,
+                   uint64_t off, unsigned flags);
+int s4k_aio_flush (struct s4k_aio *a);
 
 /* ---- statistics ------------------------------------------------------ */
 
