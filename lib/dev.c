@@ -582,3 +582,48 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
   return counted (d, S4K_OP_EXTENTS, len, off,
                   extents_op (d, len, off, fn, opaque), &t);
 }
+
+/* ---- asynchronous requests -------------------------------------------- */
+
+bool
+s4k_dev_async (const struct s4k_dev *d)
+{
+  (void) d;
+  return false;                 /* not yet: the stubs below */
+}
+
+struct s4k_aio *
+s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop, s4k_aio_done_fn *done,
+             void *opaque)
+{
+  (void) d; (void) loop; (void) done; (void) opaque;
+  return NULL;
+}
+
+void
+s4k_aio_free (struct s4k_aio *a)
+{
+  (void) a;
+}
+
+int
+s4k_aio_read (struct s4k_aio *a, void *buf, uint64_t len, uint64_t off)
+{
+  (void) a; (void) buf; (void) len; (void) off;
+  return -ENOTSUP;
+}
+
+int
+s4k_aio_write (struct s4k_aio *a, const void *buf, uint64_t len, uint64_t off,
+               unsigned flags)
+{
+  (void) a; (void) buf; (void) len; (void) off; (void) flags;
+  return -ENOTSUP;
+}
+
+int
+s4k_aio_flush (struct s4k_aio *a)
+{
+  (void) a;
+  return -ENOTSUP;
+}
