@@ -295,6 +295,41 @@ place (struct tally *t, const struct span *s)
   t->sectors = s->last - s->first + 1;
 }
 
+/* The store reads of a read request: whole sectors straight into the
+ * client's buffer, cut ones into cut (2P: the head sector, then the
+ * tail), since the store reads whole sectors only.  Returns how many. */
+static unsigned
+read_pieces (const struct s4k_dev *d, char *buf, uint64_t off,
+             const struct span *s, char *cut, struct s4k_io *io)
+{
+  unsigned n = 0;
+  if (s->head_cut)
+    io[n++] = (struct s4k_io) { cut, s->head_end - s->head_start,
+                                s->head_start };
+  if (s->mid_start < s->mid_end)
+    io[n++] = (struct s4k_io) { buf + (s->mid_start - off),
+                                s->mid_end - s->mid_start, s->mid_start };
+  if (s->tail_cut)
+    io[n++] = (struct s4k_io) { cut + d->g.physical,
+                                s->tail_end - s->tail_start, s->tail_start };
+  return n;
+}
+
+/* Copies the requested bytes of the cut sectors to the client's buffer. */
+static void
+read_cut_copy (const struct s4k_dev *d, char *buf, uint64_t len, uint64_t off,
+               const struct span *s, const char *cut)
+{
+  const uint64_t end = off + len;
+  if (s->head_cut) {
+    uint64_t e = end < s->head_end ? end : s->head_end;
+    memcpy (buf, cut + (off - s->head_start), e - off);
+  }
+  if (s->tail_cut)
+    memcpy (buf + (s->tail_start - off), cut + d->g.physical,
+            end - s->tail_start);
+}
+
 static int
 read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off,
          struct tally *t)
@@ -305,40 +340,19 @@ read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off,
 
   const struct span s = span_of (d, len, off);
   place (t, &s);
-  const uint64_t end = off + len;
-  char *b = NULL;
+  char *cut = NULL;
   struct s4k_io io[3];
-  unsigned n = 0;
 
-  if (s.head_cut || s.tail_cut) {
-    if (!(b = bounce (2 * (size_t) d->g.physical)))
-      return -ENOMEM;
-  }
-  /* Whole sectors go straight to the client's buffer; cut ones through
-   * the bounce buffer (the store reads whole sectors only). */
-  if (s.head_cut)
-    io[n++] = (struct s4k_io) { b, s.head_end - s.head_start, s.head_start };
-  if (s.mid_start < s.mid_end)
-    io[n++] = (struct s4k_io) { (char *) buf + (s.mid_start - off),
-                                s.mid_end - s.mid_start, s.mid_start };
-  if (s.tail_cut)
-    io[n++] = (struct s4k_io) { b + d->g.physical,
-                                s.tail_end - s.tail_start, s.tail_start };
-
+  if ((s.head_cut || s.tail_cut) &&
+      !(cut = bounce (2 * (size_t) d->g.physical)))
+    return -ENOMEM;
+  unsigned n = read_pieces (d, buf, off, &s, cut, io);
   s4k_lock (d->locks, s.first, s.last, true);
   r = d->store->ops->read (d->store, io, n);
   s4k_unlock (d->locks, s.first, s.last, true);
-  if (r)
-    return r;
-
-  if (s.head_cut) {
-    uint64_t e = end < s.head_end ? end : s.head_end;
-    memcpy (buf, b + (off - s.head_start), e - off);
-  }
-  if (s.tail_cut)
-    memcpy ((char *) buf + (s.tail_start - off), b + d->g.physical,
-            end - s.tail_start);
-  return 0;
+  if (r == 0)
+    read_cut_copy (d, buf, len, off, &s, cut);
+  return r;
 }
 
 static bool
@@ -350,85 +364,111 @@ all_zero (const char *p, size_t len)
   return true;
 }
 
-/* Writes data (or zeroes, when data is NULL) to [off, off+len): cut
- * sectors by read-modify-write, whole ones straight to the store (or
- * zeroed by the store).  A cut sector that a zero request leaves all
- * zero is zeroed by the store too, so zeroing keeps the store sparse.
- * The caller has locked every sector. */
-static int
-write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
-              const struct span *s, unsigned flags, const char *op,
-              struct tally *t)
+/* The store calls of a write or zero that cuts into sectors. */
+struct rmw {
+  struct s4k_io head, tail;     /* the cut sectors, in the bounce buffer */
+  struct s4k_io rd[2], wr[3];
+  unsigned nrd, nwr;
+  uint64_t zero_start, zero_end;        /* whole sectors for store->zero */
+};
+
+/* Lists the cut sectors to read first, into cut (2P: head, then tail). */
+static void
+rmw_reads (const struct s4k_dev *d, const struct span *s, char *cut,
+           struct rmw *m, struct tally *t)
+{
+  m->head = (struct s4k_io) { cut, s->head_end - s->head_start,
+                              s->head_start };
+  m->tail = (struct s4k_io) { cut + d->g.physical,
+                              s->tail_end - s->tail_start, s->tail_start };
+  m->nrd = 0;
+  if (s->head_cut)
+    m->rd[m->nrd++] = m->head;
+  if (s->tail_cut)
+    m->rd[m->nrd++] = m->tail;
+  t->rmw_sectors = m->nrd;
+  for (unsigned i = 0; i < m->nrd; i++)
+    t->rmw_read_bytes += m->rd[i].len;
+}
+
+/* Merges data (or zeroes, when data is NULL) into the cut sectors read
+ * and lists the writes.  A cut sector that a zero leaves all zero is
+ * zeroed by the store instead, so zeroing keeps the store sparse. */
+static void
+rmw_merge (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
+           const struct span *s, const char *op, struct rmw *m,
+           struct tally *t)
 {
   const uint64_t end = off + len;
-  const bool fua = flags & S4K_FUA;
-  char *head = NULL, *tail = NULL;
-  struct s4k_io rd[2], wr[3];
-  unsigned nrd = 0, nwr = 0;
-  int r;
-
-  if (s->head_cut || s->tail_cut) {
-    if (!(head = bounce (2 * (size_t) d->g.physical)))
-      return -ENOMEM;
-    tail = head + d->g.physical;
-  }
-  const struct s4k_io head_io = { head, s->head_end - s->head_start,
-                                  s->head_start };
-  const struct s4k_io tail_io = { tail, s->tail_end - s->tail_start,
-                                  s->tail_start };
-  if (s->head_cut)
-    rd[nrd++] = head_io;
-  if (s->tail_cut)
-    rd[nrd++] = tail_io;
-  if (nrd && (r = d->store->ops->read (d->store, rd, nrd)) != 0)
-    return r;
-  t->rmw_sectors = nrd;
-  for (unsigned i = 0; i < nrd; i++)
-    t->rmw_read_bytes += rd[i].len;
-
-  /* Merge the new bytes into the cut sectors. */
   bool head_zero = false, tail_zero = false;
   if (s->head_cut) {
+    char *head = m->head.buf;
     uint64_t e = end < s->head_end ? end : s->head_end;
     if (data)
       memcpy (head + (off - s->head_start), data, e - off);
     else {
       memset (head + (off - s->head_start), 0, e - off);
-      head_zero = all_zero (head, head_io.len);
+      head_zero = all_zero (head, m->head.len);
     }
     if (d->debug_mask & S4K_DEBUG_RMW)
       debug_rmw (d, op, len, off, s->first, s->head_start, s->head_end);
   }
   if (s->tail_cut) {
+    char *tail = m->tail.buf;
     if (data)
       memcpy (tail, data + (s->tail_start - off), end - s->tail_start);
     else {
       memset (tail, 0, end - s->tail_start);
-      tail_zero = all_zero (tail, tail_io.len);
+      tail_zero = all_zero (tail, m->tail.len);
     }
     if (d->debug_mask & S4K_DEBUG_RMW)
       debug_rmw (d, op, len, off, s->last, s->tail_start, s->tail_end);
   }
 
+  m->nwr = 0;
   if (s->head_cut && !head_zero)
-    wr[nwr++] = head_io;
+    m->wr[m->nwr++] = m->head;
   if (data && s->mid_start < s->mid_end)
-    wr[nwr++] = (struct s4k_io) { (char *) data + (s->mid_start - off),
-                                  s->mid_end - s->mid_start, s->mid_start };
+    m->wr[m->nwr++] = (struct s4k_io) { (char *) data + (s->mid_start - off),
+                                        s->mid_end - s->mid_start,
+                                        s->mid_start };
   if (s->tail_cut && !tail_zero)
-    wr[nwr++] = tail_io;
+    m->wr[m->nwr++] = m->tail;
+  m->zero_start = m->zero_end = 0;
   if (!data) {
-    uint64_t zs = head_zero ? s->head_start : s->mid_start;
-    uint64_t ze = tail_zero ? s->tail_end : s->mid_end;
-    if (zs < ze &&
-        (r = d->store->ops->zero (d->store, ze - zs, zs,
-                                  flags & S4K_MAY_TRIM, fua)) != 0)
-      return r;
+    m->zero_start = head_zero ? s->head_start : s->mid_start;
+    m->zero_end = tail_zero ? s->tail_end : s->mid_end;
   }
-  for (unsigned i = 0; i < nwr; i++)
-    t->store_write_bytes += wr[i].len;
-  if (nwr)
-    return d->store->ops->write (d->store, wr, nwr, fua);
+  for (unsigned i = 0; i < m->nwr; i++)
+    t->store_write_bytes += m->wr[i].len;
+}
+
+/* Writes data (or zeroes, when data is NULL) to [off, off+len): cut
+ * sectors by read-modify-write, whole ones straight to the store (or
+ * zeroed by the store).  The caller has locked every sector. */
+static int
+write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
+              const struct span *s, unsigned flags, const char *op,
+              struct tally *t)
+{
+  const bool fua = flags & S4K_FUA;
+  char *cut = NULL;
+  struct rmw m;
+  int r;
+
+  if ((s->head_cut || s->tail_cut) &&
+      !(cut = bounce (2 * (size_t) d->g.physical)))
+    return -ENOMEM;
+  rmw_reads (d, s, cut, &m, t);
+  if (m.nrd && (r = d->store->ops->read (d->store, m.rd, m.nrd)) != 0)
+    return r;
+  rmw_merge (d, data, len, off, s, op, &m, t);
+  if (m.zero_start < m.zero_end &&
+      (r = d->store->ops->zero (d->store, m.zero_end - m.zero_start,
+                                m.zero_start, flags & S4K_MAY_TRIM, fua)) != 0)
+    return r;
+  if (m.nwr)
+    return d->store->ops->write (d->store, m.wr, m.nwr, fua);
   return 0;
 }
 
