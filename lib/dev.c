@@ -625,45 +625,248 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
 
 /* ---- asynchronous requests -------------------------------------------- */
 
+/* A request runs as a sequence of stages, each either done at once or
+ * waited for: a sector lock (woken through the loop's post) or store I/O
+ * (completed from the loop's ring). */
+enum aio_stage {
+  AIO_START, AIO_LOCK, AIO_READ, AIO_RMW_READ, AIO_WRITE, AIO_FLUSH, AIO_DONE
+};
+
+struct s4k_aio {
+  struct s4k_dev *d;
+  struct s4k_loop *loop;
+  s4k_aio_done_fn *done;
+  void *opaque;
+  /* The request in flight. */
+  enum s4k_op op;
+  enum aio_stage stage;
+  char *buf;
+  uint64_t len, off;
+  unsigned flags;
+  struct span s;
+  struct tally t;
+  struct rmw m;
+  bool locked;
+  char *cut;                    /* 2P for the cut sectors, kept */
+  struct s4k_lock_waiter waiter;
+  struct s4k_completion retry;  /* posted when the waiter is woken */
+  struct s4k_store_req req;
+};
+
 bool
 s4k_dev_async (const struct s4k_dev *d)
 {
-  (void) d;
-  return false;                 /* not yet: the stubs below */
+  return d->store->async;
+}
+
+static enum aio_stage
+next_stage (const struct s4k_aio *a)
+{
+  switch (a->stage) {
+  case AIO_START:
+    return a->op == S4K_OP_FLUSH ? AIO_FLUSH : AIO_LOCK;
+  case AIO_LOCK:
+    if (a->op == S4K_OP_READ)
+      return AIO_READ;
+    return a->s.head_cut || a->s.tail_cut ? AIO_RMW_READ : AIO_WRITE;
+  case AIO_RMW_READ:
+    return AIO_WRITE;
+  default:
+    return AIO_DONE;
+  }
+}
+
+/* Starts the current stage: 1 if it must be waited for, else its
+ * result. */
+static int
+start_stage (struct s4k_aio *a)
+{
+  struct s4k_dev *d = a->d;
+  struct s4k_store_req *q = &a->req;
+
+  switch (a->stage) {
+  case AIO_LOCK:
+    if (!s4k_trylock (d->locks, a->s.first, a->s.last, a->op == S4K_OP_READ,
+                      &a->waiter))
+      return 1;
+    a->locked = true;
+    return 0;
+  case AIO_READ:
+    q->kind = S4K_REQ_READ;
+    q->n = read_pieces (d, a->buf, a->off, &a->s, a->cut, q->io);
+    break;
+  case AIO_RMW_READ:
+    rmw_reads (d, &a->s, a->cut, &a->m, &a->t);
+    q->kind = S4K_REQ_READ;
+    q->n = a->m.nrd;
+    memcpy (q->io, a->m.rd, sizeof a->m.rd);
+    break;
+  case AIO_WRITE:
+    q->kind = S4K_REQ_WRITE;
+    q->fua = a->flags & S4K_FUA;
+    if (a->s.head_cut || a->s.tail_cut) {
+      rmw_merge (d, a->buf, a->len, a->off, &a->s, "write", &a->m, &a->t);
+      q->n = a->m.nwr;
+      memcpy (q->io, a->m.wr, sizeof a->m.wr);
+    }
+    else {
+      q->n = 1;
+      q->io[0] = (struct s4k_io) { a->buf, a->len, a->off };
+      a->t.store_write_bytes = a->len;
+    }
+    break;
+  case AIO_FLUSH:
+    q->kind = S4K_REQ_FLUSH;
+    q->n = 0;
+    break;
+  default:
+    abort ();
+  }
+  return d->store->ops->submit (d->store, q);
+}
+
+/* The request is over: unlock, hand over the cut bytes, count it. */
+static int
+aio_finish (struct s4k_aio *a, int r)
+{
+  struct s4k_dev *d = a->d;
+  if (a->locked) {
+    s4k_unlock (d->locks, a->s.first, a->s.last, a->op == S4K_OP_READ);
+    a->locked = false;
+  }
+  if (r == 0 && a->op == S4K_OP_READ)
+    read_cut_copy (d, a->buf, a->len, a->off, &a->s, a->cut);
+  a->stage = AIO_DONE;
+  return counted (d, a->op, a->len, a->off, r, &a->t);
+}
+
+/* The current stage finished with r (or waits, r == 1): runs the next
+ * ones until one must be waited for.  Returns 1 then, else the result. */
+static int
+aio_run (struct s4k_aio *a, int r)
+{
+  while (r == 0) {
+    a->stage = next_stage (a);
+    if (a->stage == AIO_DONE)
+      break;
+    r = start_stage (a);
+  }
+  return r == 1 ? 1 : aio_finish (a, r);
+}
+
+/* Store I/O completed (on the loop's thread). */
+static void
+aio_store_done (struct s4k_store_req *q, int res)
+{
+  struct s4k_aio *a = s4k_container_of (q, struct s4k_aio, req);
+  int r = aio_run (a, res);
+  if (r != 1)
+    a->done (a->opaque, r);
+}
+
+/* The stripe the request waits on was unlocked, maybe by another
+ * thread: try again on the request's own. */
+static void
+aio_lock_woken (struct s4k_lock_waiter *w)
+{
+  struct s4k_aio *a = s4k_container_of (w, struct s4k_aio, waiter);
+  a->loop->post (a->loop, &a->retry);
+}
+
+static void
+aio_retry (struct s4k_completion *c, int res)
+{
+  (void) res;
+  struct s4k_aio *a = s4k_container_of (c, struct s4k_aio, retry);
+  int r = aio_run (a, start_stage (a));
+  if (r != 1)
+    a->done (a->opaque, r);
 }
 
 struct s4k_aio *
 s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop, s4k_aio_done_fn *done,
              void *opaque)
 {
-  (void) d; (void) loop; (void) done; (void) opaque;
-  return NULL;
+  struct s4k_aio *a = calloc (1, sizeof *a);
+  if (!a)
+    return NULL;
+  a->d = d;
+  a->loop = loop;
+  a->done = done;
+  a->opaque = opaque;
+  a->stage = AIO_DONE;
+  a->waiter.wake = aio_lock_woken;
+  a->retry.fn = aio_retry;
+  a->req.loop = loop;
+  a->req.done = aio_store_done;
+  return a;
 }
 
 void
 s4k_aio_free (struct s4k_aio *a)
 {
-  (void) a;
+  if (!a)
+    return;
+  free (a->cut);
+  free (a->req.bounce);
+  free (a);
 }
 
+static int
+aio_begin (struct s4k_aio *a, enum s4k_op op, void *buf, uint64_t len,
+           uint64_t off, unsigned flags)
+{
+  struct s4k_dev *d = a->d;
+  a->op = op;
+  a->buf = buf;
+  a->len = len;
+  a->off = off;
+  a->flags = flags;
+  a->t = (struct tally) { 0 };
+  a->stage = AIO_START;
+  a->locked = false;
+  if (op != S4K_OP_FLUSH) {
+    int r = check_request (d, op, len, off);
+    if (r || len == 0) {
+      a->stage = AIO_DONE;
+      return counted (d, op, len, off, r, &a->t);
+    }
+    a->s = span_of (d, len, off);
+    place (&a->t, &a->s);
+    /* Page-aligned, so O_DIRECT needs no bounce for the cut sectors. */
+    if ((a->s.head_cut || a->s.tail_cut) && !a->cut &&
+        posix_memalign ((void **) &a->cut, 4096, 2 * (size_t) d->g.physical)) {
+      a->cut = NULL;
+      a->stage = AIO_DONE;
+      return counted (d, op, len, off, -ENOMEM, &a->t);
+    }
+  }
+  return aio_run (a, 0);
+}
+
+/* Stores without submit run the synchronous calls: they do not wait on
+ * a disk. */
 int
 s4k_aio_read (struct s4k_aio *a, void *buf, uint64_t len, uint64_t off)
 {
-  (void) a; (void) buf; (void) len; (void) off;
-  return -ENOTSUP;
+  if (!a->d->store->async)
+    return s4k_read (a->d, buf, len, off);
+  return aio_begin (a, S4K_OP_READ, buf, len, off, 0);
 }
 
 int
 s4k_aio_write (struct s4k_aio *a, const void *buf, uint64_t len, uint64_t off,
                unsigned flags)
 {
-  (void) a; (void) buf; (void) len; (void) off; (void) flags;
-  return -ENOTSUP;
+  if (!a->d->store->async)
+    return s4k_write (a->d, buf, len, off, flags);
+  return aio_begin (a, S4K_OP_WRITE, (void *) buf, len, off, flags);
 }
 
 int
 s4k_aio_flush (struct s4k_aio *a)
 {
-  (void) a;
-  return -ENOTSUP;
+  if (!a->d->store->async)
+    return s4k_flush (a->d);
+  return aio_begin (a, S4K_OP_FLUSH, NULL, 0, 0, 0);
 }
