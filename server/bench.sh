@@ -60,22 +60,34 @@ median () { printf '%s\n' "$@" | sort -n | sed -n "$(( ($# + 1) / 2 ))p"; }
 
 exec > >(tee "$OUT")
 echo "# sect4k-server vs nbdkit $(nbdkit --version | awk '{print $2}') + sect4k plugin"
-echo "# $(date -u +%FT%TZ), $(nproc) CPUs, $(uname -r), device: $keys"
+echo "# $(date -u +%FT%TZ), $(nproc) CPUs, $(uname -r)"
 echo "# fio $(fio --version): 4k, iodepth 16, 2 jobs, ${RUNTIME}s per run, $REPEATS runs each, alternating"
-for rw in randread randwrite; do
-  s_all=() n_all=()
-  for r in $(seq "$REPEATS"); do
-    for kind in server nbdkit; do
-      start $kind
-      fill
-      iops=$(fio_run $rw --time_based --runtime="$RUNTIME")
-      stop
-      if [ $kind = server ]; then s_all+=("$iops"); else n_all+=("$iops"); fi
-      echo "$rw run $r $kind: $iops IOPS"
+# The memory store, then the file store (a file in $dir on $(df --output=fstype "$dir" | tail -1)),
+# buffered and O_DIRECT: there the server's store I/O goes through its
+# event loops' rings, nbdkit's through its worker threads.
+for store in memory file file-direct; do
+  case $store in
+    memory) keys="size=$SIZE model=512e" ;;
+    file) keys="file=$dir/disk.img size=$SIZE model=512e" ;;
+    file-direct) keys="file=$dir/disk.img size=$SIZE model=512e direct=true" ;;
+  esac
+  echo "# device: $keys"
+  for rw in randread randwrite; do
+    s_all=() n_all=()
+    for r in $(seq "$REPEATS"); do
+      for kind in server nbdkit; do
+        start $kind
+        fill
+        iops=$(fio_run $rw --time_based --runtime="$RUNTIME")
+        stop
+        if [ $kind = server ]; then s_all+=("$iops"); else n_all+=("$iops"); fi
+        echo "$store $rw run $r $kind: $iops IOPS"
+      done
     done
+    s=$(median "${s_all[@]}") n=$(median "${n_all[@]}")
+    echo "$store $rw median: server $s IOPS, nbdkit $n IOPS, ratio $(python3 -c "print(f'{$s/$n:.2f}')")x"
   done
-  s=$(median "${s_all[@]}") n=$(median "${n_all[@]}")
-  echo "$rw median: server $s IOPS, nbdkit $n IOPS, ratio $(python3 -c "print(f'{$s/$n:.2f}')")x"
+  rm -f "$dir/disk.img"
 done
 
 # Instructions per request under callgrind (randread, QD16, 2 jobs).
