@@ -253,6 +253,7 @@ struct span {
   uint64_t tail_start, tail_end;        /* sector `last` */
   bool head_cut, tail_cut;              /* the request covers part only */
   uint64_t mid_start, mid_end;          /* the whole sectors between */
+  uint64_t lock_first, lock_last;       /* the sectors the request locks */
 };
 
 static struct span
@@ -330,16 +331,42 @@ read_cut_copy (const struct s4k_dev *d, char *buf, uint64_t len, uint64_t off,
             end - s->tail_start);
 }
 
+/* Checks a request and works out the physical sectors it touches and
+ * locks (*s).  Returns 0 to go on, 1 if there is nothing to do, or the
+ * -errno the request fails with. */
+static inline int
+plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
+      unsigned flags, struct span *s, struct tally *t)
+{
+  int r = check_request (d, op, len, off);
+  if (r || len == 0)
+    return r ? r : 1;
+  if (op == S4K_OP_ZERO && (flags & S4K_FAST_ZERO) &&
+      !s4k_dev_can_fast_zero (d))
+    return -ENOTSUP;
+  *s = span_of (d, len, off);
+  place (t, s);
+  s->lock_first = s->first;
+  s->lock_last = s->last;
+  if (op == S4K_OP_TRIM) {
+    /* Trim frees whole physical sectors only: a cut sector at either end
+     * is left as it is (a drive cannot unmap part of a sector either). */
+    if (s->mid_start == s->mid_end)
+      return 1;
+    s->lock_first += s->head_cut;
+    s->lock_last -= s->tail_cut;
+  }
+  return 0;
+}
+
 static int
 read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off,
          struct tally *t)
 {
-  int r = check_request (d, S4K_OP_READ, len, off);
-  if (r || len == 0)
-    return r;
-
-  const struct span s = span_of (d, len, off);
-  place (t, &s);
+  struct span s;
+  int r = plan (d, S4K_OP_READ, len, off, 0, &s, t);
+  if (r)
+    return r == 1 ? 0 : r;
   char *cut = NULL;
   struct s4k_io io[3];
 
@@ -377,11 +404,13 @@ static void
 rmw_reads (const struct s4k_dev *d, const struct span *s, char *cut,
            struct rmw *m, struct tally *t)
 {
+  m->nrd = 0;
+  if (!cut)
+    return;                     /* nothing cut */
   m->head = (struct s4k_io) { cut, s->head_end - s->head_start,
                               s->head_start };
   m->tail = (struct s4k_io) { cut + d->g.physical,
                               s->tail_end - s->tail_start, s->tail_start };
-  m->nrd = 0;
   if (s->head_cut)
     m->rd[m->nrd++] = m->head;
   if (s->tail_cut)
@@ -477,13 +506,10 @@ static int
 modify_op (struct s4k_dev *d, const void *data, uint64_t len, uint64_t off,
            unsigned flags, struct tally *t)
 {
-  int r = check_request (d, data ? S4K_OP_WRITE : S4K_OP_ZERO, len, off);
-  if (r || len == 0)
-    return r;
-  if (!data && (flags & S4K_FAST_ZERO) && !s4k_dev_can_fast_zero (d))
-    return -ENOTSUP;
-  const struct span s = span_of (d, len, off);
-  place (t, &s);
+  struct span s;
+  int r = plan (d, data ? S4K_OP_WRITE : S4K_OP_ZERO, len, off, flags, &s, t);
+  if (r)
+    return r == 1 ? 0 : r;
   s4k_lock (d->locks, s.first, s.last, false);
   if (data && !s.head_cut && !s.tail_cut) {
     /* Whole sectors: the common case needs no RMW machinery. */
@@ -498,24 +524,24 @@ modify_op (struct s4k_dev *d, const void *data, uint64_t len, uint64_t off,
   return r;
 }
 
-/* Trim frees whole physical sectors only: a cut sector at either end is
- * left as it is (a drive cannot unmap part of a sector either). */
+static int
+trim_locked (struct s4k_dev *d, const struct span *s, unsigned flags)
+{
+  return d->store->ops->trim (d->store, s->mid_end - s->mid_start,
+                              s->mid_start, flags & S4K_FUA);
+}
+
 static int
 trim_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
          struct tally *t)
 {
-  int r = check_request (d, S4K_OP_TRIM, len, off);
-  if (r || len == 0)
-    return r;
-  const struct span s = span_of (d, len, off);
-  place (t, &s);
-  if (s.mid_start == s.mid_end)
-    return 0;
-  uint64_t first = s.first + s.head_cut, last = s.last - s.tail_cut;
-  s4k_lock (d->locks, first, last, false);
-  r = d->store->ops->trim (d->store, s.mid_end - s.mid_start, s.mid_start,
-                           flags & S4K_FUA);
-  s4k_unlock (d->locks, first, last, false);
+  struct span s;
+  int r = plan (d, S4K_OP_TRIM, len, off, flags, &s, t);
+  if (r)
+    return r == 1 ? 0 : r;
+  s4k_lock (d->locks, s.lock_first, s.lock_last, false);
+  r = trim_locked (d, &s, flags);
+  s4k_unlock (d->locks, s.lock_first, s.lock_last, false);
   return r;
 }
 
@@ -627,9 +653,11 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
 
 /* A request runs as a sequence of stages, each either done at once or
  * waited for: a sector lock (woken through the loop's post) or store I/O
- * (completed from the loop's ring). */
+ * (completed from the loop's ring).  Zero and trim take their lock the
+ * same way, then call the store synchronously (fallocate). */
 enum aio_stage {
-  AIO_START, AIO_LOCK, AIO_READ, AIO_RMW_READ, AIO_WRITE, AIO_FLUSH, AIO_DONE
+  AIO_START, AIO_LOCK, AIO_READ, AIO_RMW_READ, AIO_WRITE, AIO_LOCKED_SYNC,
+  AIO_FLUSH, AIO_DONE
 };
 
 struct s4k_aio {
@@ -668,6 +696,8 @@ next_stage (const struct s4k_aio *a)
   case AIO_LOCK:
     if (a->op == S4K_OP_READ)
       return AIO_READ;
+    if (a->op != S4K_OP_WRITE)
+      return AIO_LOCKED_SYNC;
     return a->s.head_cut || a->s.tail_cut ? AIO_RMW_READ : AIO_WRITE;
   case AIO_RMW_READ:
     return AIO_WRITE;
@@ -686,8 +716,8 @@ start_stage (struct s4k_aio *a)
 
   switch (a->stage) {
   case AIO_LOCK:
-    if (!s4k_trylock (d->locks, a->s.first, a->s.last, a->op == S4K_OP_READ,
-                      &a->waiter))
+    if (!s4k_trylock (d->locks, a->s.lock_first, a->s.lock_last,
+                      a->op == S4K_OP_READ, &a->waiter))
       return 1;
     a->locked = true;
     return 0;
@@ -715,6 +745,11 @@ start_stage (struct s4k_aio *a)
       a->t.store_write_bytes = a->len;
     }
     break;
+  case AIO_LOCKED_SYNC:
+    if (a->op == S4K_OP_TRIM)
+      return trim_locked (d, &a->s, a->flags);
+    return write_locked (d, NULL, a->len, a->off, &a->s, a->flags, "zero",
+                         &a->t);
   case AIO_FLUSH:
     q->kind = S4K_REQ_FLUSH;
     q->n = 0;
@@ -731,7 +766,8 @@ aio_finish (struct s4k_aio *a, int r)
 {
   struct s4k_dev *d = a->d;
   if (a->locked) {
-    s4k_unlock (d->locks, a->s.first, a->s.last, a->op == S4K_OP_READ);
+    s4k_unlock (d->locks, a->s.lock_first, a->s.lock_last,
+                a->op == S4K_OP_READ);
     a->locked = false;
   }
   if (r == 0 && a->op == S4K_OP_READ)
@@ -826,15 +862,15 @@ aio_begin (struct s4k_aio *a, enum s4k_op op, void *buf, uint64_t len,
   a->stage = AIO_START;
   a->locked = false;
   if (op != S4K_OP_FLUSH) {
-    int r = check_request (d, op, len, off);
-    if (r || len == 0) {
+    int r = plan (d, op, len, off, flags, &a->s, &a->t);
+    if (r) {
       a->stage = AIO_DONE;
-      return counted (d, op, len, off, r, &a->t);
+      return counted (d, op, len, off, r == 1 ? 0 : r, &a->t);
     }
-    a->s = span_of (d, len, off);
-    place (&a->t, &a->s);
-    /* Page-aligned, so O_DIRECT needs no bounce for the cut sectors. */
-    if ((a->s.head_cut || a->s.tail_cut) && !a->cut &&
+    /* Page-aligned, so O_DIRECT needs no bounce for the cut sectors
+     * (zeroes use the synchronous path's buffer). */
+    if ((op == S4K_OP_READ || op == S4K_OP_WRITE) &&
+        (a->s.head_cut || a->s.tail_cut) && !a->cut &&
         posix_memalign ((void **) &a->cut, 4096, 2 * (size_t) d->g.physical)) {
       a->cut = NULL;
       a->stage = AIO_DONE;
@@ -861,6 +897,22 @@ s4k_aio_write (struct s4k_aio *a, const void *buf, uint64_t len, uint64_t off,
   if (!a->d->store->async)
     return s4k_write (a->d, buf, len, off, flags);
   return aio_begin (a, S4K_OP_WRITE, (void *) buf, len, off, flags);
+}
+
+int
+s4k_aio_zero (struct s4k_aio *a, uint64_t len, uint64_t off, unsigned flags)
+{
+  if (!a->d->store->async)
+    return s4k_zero (a->d, len, off, flags);
+  return aio_begin (a, S4K_OP_ZERO, NULL, len, off, flags);
+}
+
+int
+s4k_aio_trim (struct s4k_aio *a, uint64_t len, uint64_t off, unsigned flags)
+{
+  if (!a->d->store->async)
+    return s4k_trim (a->d, len, off, flags);
+  return aio_begin (a, S4K_OP_TRIM, NULL, len, off, flags);
 }
 
 int

@@ -287,8 +287,11 @@ int s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
 bool s4k_dev_async (const struct s4k_dev *d);
 
 /* A slot for one asynchronous request at a time, bound to one loop (and
- * used only on its thread).  Zero, trim, cache and extents stay
- * synchronous. */
+ * used only on its thread).  On such a thread, use these for every
+ * request that takes sector locks (read, write, zero, trim): the
+ * synchronous calls would sleep on a lock that a request in flight on
+ * the same loop holds, and never wake.  Cache and extents take no lock
+ * and are only synchronous. */
 struct s4k_aio;
 typedef void s4k_aio_done_fn (void *opaque, int r);
 struct s4k_aio *s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop,
@@ -303,6 +306,12 @@ void s4k_aio_free (struct s4k_aio *a);
 int s4k_aio_read (struct s4k_aio *a, void *buf, uint64_t len, uint64_t off);
 int s4k_aio_write (struct s4k_aio *a, const void *buf, uint64_t len,
                    uint64_t off, unsigned flags);
+/* Zero and trim wait for their lock here, then call the store
+ * synchronously (fallocate). */
+int s4k_aio_zero (struct s4k_aio *a, uint64_t len, uint64_t off,
+                  unsigned flags);
+int s4k_aio_trim (struct s4k_aio *a, uint64_t len, uint64_t off,
+                  unsigned flags);
 int s4k_aio_flush (struct s4k_aio *a);
 
 /* ---- statistics ------------------------------------------------------ */

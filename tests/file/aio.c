@@ -2,7 +2,7 @@
  * by event loops like the server's: each loop thread has one ring and
  * many request slots, and each slot writes only its own logical sectors,
  * which share physical sectors with every other slot's.  So every write
- * is a read-modify-write racing others on the same sectors, on the same
+ * and zero is a read-modify-write racing others on the same sectors, on the same
  * thread (where a sleeping lock would deadlock the loop) and across
  * threads (where unlocks wake waiters through post).  Each slot checks
  * its sectors as it goes and at the end; a lost update, a torn sector or
@@ -156,6 +156,12 @@ start_next (struct slot *s)
     int r;
     if (s->flushing)
       r = s4k_aio_flush (s->aio);
+    else if (what == 7 || what == 8) {
+      /* A zero of the slot's sector: RMW of its physical sector, and
+       * with may-trim the store may free it if it is now all zero. */
+      memset (s->model + s->off, 0, L);
+      r = s4k_aio_zero (s->aio, L, s->off, what == 8 ? S4K_MAY_TRIM : 0);
+    }
     else if (s->reading) {
       /* Reads span neighbours' sectors too: only its own are checked. */
       uint64_t first = sec > 3 ? sec - 3 : 0, n = 1 + rnd (s, 9);
