@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,19 +25,20 @@
 #define TICK_MS 100                 /* timeout checks */
 #define BIG_BUFFER (4u << 20)       /* output buffers above this are freed */
 
-enum op_kind { OP_ACCEPT, OP_WAKE, OP_RECV, OP_SEND };
+/* Every ring operation's user data is the s4k_completion it embeds (the
+ * engine's convention, so its store I/O shares the ring): this finds the
+ * structure around it. */
+#define container_of(ptr, type, member) \
+  ((type *) ((char *) (ptr) - offsetof (type, member)))
 
-struct sconn;
-struct op {
-  enum op_kind kind;
-  struct sconn *sc;
-};
+struct worker;
 
 /* A connection with its socket. */
 struct sconn {
   struct conn c;
+  struct worker *w;
   int fd;
-  struct op recv_op, send_op;
+  struct s4k_completion recv_op, send_op;
   bool recv_busy, send_busy;
   bool closing;                     /* shut down; freed once ops finish */
   struct obuf sending;              /* handed to the kernel */
@@ -53,7 +55,7 @@ struct worker {
   struct io_uring ring;
   int wake_fd;                      /* eventfd: main thread asks to stop */
   uint64_t wake_value;
-  struct op wake_op, accept_op;
+  struct s4k_completion wake_op, accept_op;
   bool accept_busy, accept_retry;
   bool stopping;
   uint64_t stop_deadline, next_tick;
@@ -109,7 +111,7 @@ arm_wake (struct worker *w)
 }
 
 static void
-cancel_op (struct worker *w, struct op *op)
+cancel_op (struct worker *w, struct s4k_completion *op)
 {
   struct io_uring_sqe *sqe = get_sqe (w);
   io_uring_prep_cancel (sqe, op, 0);
@@ -198,8 +200,60 @@ kick (struct worker *w, struct sconn *sc)
 }
 
 static void
-on_accept (struct worker *w, int res)
+on_recv (struct s4k_completion *op, int res)
 {
+  struct sconn *sc = container_of (op, struct sconn, recv_op);
+  struct worker *w = sc->w;
+  sc->recv_busy = false;
+  if (res > 0 && !sc->closing)
+    conn_received (&sc->c, res);
+  else if (res == -ECANCELED && sc->c.stopping)
+    conn_process (&sc->c);      /* ends it: no partial request is served */
+  else if (!sc->closing) {
+    if (res < 0 && res != -ECONNRESET)
+      log_msg ("%s: receive: %s", sc->name, s4k_strerror (-res));
+    else if (w->s->cfg.verbose)
+      log_msg ("%s: the client closed the connection", sc->name);
+    start_close (sc);
+  }
+  kick (w, sc);
+}
+
+static void
+on_send (struct s4k_completion *op, int res)
+{
+  struct sconn *sc = container_of (op, struct sconn, send_op);
+  struct worker *w = sc->w;
+  sc->send_busy = false;
+  if (res < 0) {
+    if (!sc->closing && res != -EPIPE && res != -ECONNRESET)
+      log_msg ("%s: send: %s", sc->name, s4k_strerror (-res));
+    start_close (sc);
+    kick (w, sc);
+    return;
+  }
+  sc->sent += res;
+  if (sc->sent < sc->sending.len && !sc->closing) {
+    struct io_uring_sqe *sqe = get_sqe (w);
+    io_uring_prep_send (sqe, sc->fd, sc->sending.p + sc->sent,
+                        sc->sending.len - sc->sent, MSG_NOSIGNAL);
+    io_uring_sqe_set_data (sqe, &sc->send_op);
+    sc->send_busy = true;
+    return;
+  }
+  sc->sending.len = 0;
+  if (sc->sending.cap > BIG_BUFFER) {
+    free (sc->sending.p);
+    sc->sending = (struct obuf) { NULL, 0, 0 };
+  }
+  conn_process (&sc->c);        /* output had room again */
+  kick (w, sc);
+}
+
+static void
+on_accept (struct s4k_completion *op, int res)
+{
+  struct worker *w = container_of (op, struct worker, accept_op);
   struct server *s = w->s;
   w->accept_busy = false;
   if (res < 0) {
@@ -229,9 +283,10 @@ on_accept (struct worker *w, int res)
     close (fd);
     return;
   }
+  sc->w = w;
   sc->fd = fd;
-  sc->recv_op = (struct op) { OP_RECV, sc };
-  sc->send_op = (struct op) { OP_SEND, sc };
+  sc->recv_op.fn = on_recv;
+  sc->send_op.fn = on_send;
   sc->deadline = now_ms () + (uint64_t) s->handshake_timeout * 1000;
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
@@ -273,53 +328,6 @@ on_accept (struct worker *w, int res)
 }
 
 static void
-on_recv (struct worker *w, struct sconn *sc, int res)
-{
-  sc->recv_busy = false;
-  if (res > 0 && !sc->closing)
-    conn_received (&sc->c, res);
-  else if (res == -ECANCELED && sc->c.stopping)
-    conn_process (&sc->c);      /* ends it: no partial request is served */
-  else if (!sc->closing) {
-    if (res < 0 && res != -ECONNRESET)
-      log_msg ("%s: receive: %s", sc->name, s4k_strerror (-res));
-    else if (w->s->cfg.verbose)
-      log_msg ("%s: the client closed the connection", sc->name);
-    start_close (sc);
-  }
-  kick (w, sc);
-}
-
-static void
-on_send (struct worker *w, struct sconn *sc, int res)
-{
-  sc->send_busy = false;
-  if (res < 0) {
-    if (!sc->closing && res != -EPIPE && res != -ECONNRESET)
-      log_msg ("%s: send: %s", sc->name, s4k_strerror (-res));
-    start_close (sc);
-    kick (w, sc);
-    return;
-  }
-  sc->sent += res;
-  if (sc->sent < sc->sending.len && !sc->closing) {
-    struct io_uring_sqe *sqe = get_sqe (w);
-    io_uring_prep_send (sqe, sc->fd, sc->sending.p + sc->sent,
-                        sc->sending.len - sc->sent, MSG_NOSIGNAL);
-    io_uring_sqe_set_data (sqe, &sc->send_op);
-    sc->send_busy = true;
-    return;
-  }
-  sc->sending.len = 0;
-  if (sc->sending.cap > BIG_BUFFER) {
-    free (sc->sending.p);
-    sc->sending = (struct obuf) { NULL, 0, 0 };
-  }
-  conn_process (&sc->c);        /* output had room again */
-  kick (w, sc);
-}
-
-static void
 begin_stop (struct worker *w)
 {
   w->stopping = true;
@@ -339,6 +347,15 @@ begin_stop (struct worker *w)
     }
     kick (w, sc);
   }
+}
+
+static void
+on_wake (struct s4k_completion *op, int res)
+{
+  (void) res;
+  struct worker *w = container_of (op, struct worker, wake_op);
+  if (!w->stopping)
+    begin_stop (w);
 }
 
 static void
@@ -405,16 +422,10 @@ worker_main (void *arg)
     }
     unsigned head, n = 0;
     io_uring_for_each_cqe (&w->ring, head, cqe) {
-      struct op *op = io_uring_cqe_get_data (cqe);
+      struct s4k_completion *op = io_uring_cqe_get_data (cqe);
       n++;
-      if (!op)
-        continue;               /* a cancel request */
-      switch (op->kind) {
-      case OP_ACCEPT: on_accept (w, cqe->res); break;
-      case OP_WAKE: if (!w->stopping) begin_stop (w); break;
-      case OP_RECV: on_recv (w, op->sc, cqe->res); break;
-      case OP_SEND: on_send (w, op->sc, cqe->res); break;
-      }
+      if (op)                   /* NULL: a cancel request */
+        op->fn (op, cqe->res);
     }
     io_uring_cq_advance (&w->ring, n);
     tick (w);
@@ -443,8 +454,8 @@ serve (struct server *s)
     struct worker *w = &ws[started];
     w->s = s;
     w->id = started;
-    w->wake_op.kind = OP_WAKE;
-    w->accept_op.kind = OP_ACCEPT;
+    w->wake_op.fn = on_wake;
+    w->accept_op.fn = on_accept;
     w->wake_fd = eventfd (0, EFD_CLOEXEC);
     if (w->wake_fd == -1 ||
         pthread_create (&w->thread, NULL, worker_main, w) != 0) {
