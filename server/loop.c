@@ -53,7 +53,11 @@ struct worker {
   unsigned id;
   pthread_t thread;
   struct io_uring ring;
-  int wake_fd;                      /* eventfd: main thread asks to stop */
+  struct s4k_loop loop;             /* the ring as the engine sees it */
+  /* Completions posted to this loop (from any thread), newest first. */
+  _Atomic (struct s4k_completion *) posted;
+  atomic_bool stop_requested;       /* set by the main thread */
+  int wake_fd;                      /* eventfd: posts and stop requests */
   uint64_t wake_value;
   struct s4k_completion wake_op, accept_op;
   bool accept_busy, accept_retry;
@@ -64,6 +68,9 @@ struct worker {
   uint64_t accepted, refused;
   int init_error;                   /* set before the thread signals ready */
 };
+
+/* The worker whose thread this is (NULL on other threads). */
+static _Thread_local struct worker *current_worker;
 
 static pthread_mutex_t ready_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ready_cond = PTHREAD_COND_INITIALIZER;
@@ -108,6 +115,47 @@ arm_wake (struct worker *w)
   io_uring_prep_read (sqe, w->wake_fd, &w->wake_value, sizeof w->wake_value,
                       0);
   io_uring_sqe_set_data (sqe, &w->wake_op);
+}
+
+/* s4k_loop.post: any thread may call it.  A lock-free stack, so a
+ * thread releasing an engine lock never waits for this loop; the eventfd
+ * wakes the ring only when the caller is not the loop itself (which
+ * drains the stack before waiting). */
+static void
+post (struct s4k_loop *loop, struct s4k_completion *c)
+{
+  struct worker *w = container_of (loop, struct worker, loop);
+  c->next = atomic_load_explicit (&w->posted, memory_order_relaxed);
+  while (!atomic_compare_exchange_weak_explicit (&w->posted, &c->next, c,
+                                                 memory_order_release,
+                                                 memory_order_relaxed))
+    ;
+  uint64_t one = 1;
+  if (current_worker != w && write (w->wake_fd, &one, sizeof one) != sizeof one)
+    log_msg ("eventfd write: %s", s4k_strerror (errno));
+}
+
+/* Runs what was posted, oldest first, until nothing is left (a
+ * completion may post more). */
+static void
+run_posted (struct worker *w)
+{
+  struct s4k_completion *c;
+  while ((c = atomic_exchange_explicit (&w->posted, NULL,
+                                        memory_order_acquire))) {
+    struct s4k_completion *fifo = NULL;
+    while (c) {
+      struct s4k_completion *next = c->next;
+      c->next = fifo;
+      fifo = c;
+      c = next;
+    }
+    while (fifo) {
+      c = fifo;
+      fifo = c->next;
+      c->fn (c, 0);
+    }
+  }
 }
 
 static void
@@ -349,12 +397,15 @@ begin_stop (struct worker *w)
   }
 }
 
+/* The eventfd fired: a post from another thread (run after this batch
+ * of completions) or the stop request. */
 static void
 on_wake (struct s4k_completion *op, int res)
 {
   (void) res;
   struct worker *w = container_of (op, struct worker, wake_op);
-  if (!w->stopping)
+  arm_wake (w);
+  if (atomic_load (&w->stop_requested) && !w->stopping)
     begin_stop (w);
 }
 
@@ -410,6 +461,7 @@ worker_main (void *arg)
   if (r < 0)
     return NULL;
 
+  current_worker = w;
   arm_wake (w);
   arm_accept (w);
   while (!w->stopping || w->conns || w->accept_busy) {
@@ -429,6 +481,7 @@ worker_main (void *arg)
     }
     io_uring_cq_advance (&w->ring, n);
     tick (w);
+    run_posted (w);
   }
   io_uring_queue_exit (&w->ring);
   return NULL;
@@ -454,6 +507,7 @@ serve (struct server *s)
     struct worker *w = &ws[started];
     w->s = s;
     w->id = started;
+    w->loop = (struct s4k_loop) { &w->ring, post };
     w->wake_op.fn = on_wake;
     w->accept_op.fn = on_accept;
     w->wake_fd = eventfd (0, EFD_CLOEXEC);
@@ -483,16 +537,20 @@ serve (struct server *s)
              strsignal (sig));
   }
   uint64_t one = 1;
-  for (unsigned i = 0; i < started; i++)
+  for (unsigned i = 0; i < started; i++) {
+    atomic_store (&ws[i].stop_requested, true);
     if (write (ws[i].wake_fd, &one, sizeof one) != sizeof one)
       log_msg ("eventfd write: %s", s4k_strerror (errno));
+  }
   for (unsigned i = 0; i < started; i++) {
     pthread_join (ws[i].thread, NULL);
     add_stats (&s->stats, &ws[i].stats);
     s->accepted += ws[i].accepted;
     s->refused += ws[i].refused;
-    close (ws[i].wake_fd);
   }
+  /* Only now: a worker still running may post to (write) any other. */
+  for (unsigned i = 0; i < started; i++)
+    close (ws[i].wake_fd);
   free (ws);
   return ret;
 }
