@@ -1,6 +1,8 @@
 /* Event loops: a few threads, each with its own io_uring, each serving
- * many connections.  Accept, receive and send are ring operations; the
- * engine runs inline (conn_process), so no thread is tied to a request. */
+ * many connections.  Accept, receive and send are ring operations, and so
+ * is the file store's I/O (the engine queues it on the same ring); the
+ * memory store runs inline (conn_process).  No thread is tied to a
+ * request. */
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -186,10 +188,12 @@ start_close (struct sconn *sc)
   }
 }
 
+/* A connection with a request in flight waits for it (the engine writes
+ * into its buffers), even when the client is gone. */
 static void
 free_if_idle (struct worker *w, struct sconn *sc)
 {
-  if (!sc->closing || sc->recv_busy || sc->send_busy)
+  if (!sc->closing || sc->recv_busy || sc->send_busy || sc->c.busy)
     return;
   if (w->s->cfg.verbose)
     log_msg ("%s: closed", sc->name);
@@ -218,7 +222,8 @@ kick (struct worker *w, struct sconn *sc)
     free_if_idle (w, sc);
     return;
   }
-  if (!sc->send_busy && c->out.len > 0) {
+  /* While busy, c->out holds the reply space the engine reads into. */
+  if (!sc->send_busy && !c->busy && c->out.len > 0) {
     struct obuf t = sc->sending;
     sc->sending = c->out;
     c->out = t;
@@ -241,10 +246,18 @@ kick (struct worker *w, struct sconn *sc)
       sc->recv_busy = true;
     }
   }
-  if (conn_done (c) && !sc->send_busy && c->out.len == 0)
+  if (conn_done (c) && !c->busy && !sc->send_busy && c->out.len == 0)
     start_close (sc);
   if (sc->closing)
     free_if_idle (w, sc);
+}
+
+/* conn.c's wake: its request in flight finished. */
+static void
+conn_wake (struct conn *c)
+{
+  struct sconn *sc = container_of (c, struct sconn, c);
+  kick (sc->w, sc);
 }
 
 static void
@@ -359,13 +372,14 @@ on_accept (struct s4k_completion *op, int res)
     snprintf (sc->name, sizeof sc->name, "unix#%u.%" PRIu64, w->id,
               w->accepted);
   w->accepted++;
-  if (conn_init (&sc->c, &s->cfg, sc->name) == -1) {
+  if (conn_init (&sc->c, &s->cfg, sc->name, &w->loop) == -1) {
     log_msg ("%s: out of memory", sc->name);
     close (fd);
     free (sc);
     atomic_fetch_sub (&s->connections, 1);
     return;
   }
+  sc->c.wake = conn_wake;
   if (s->cfg.verbose)
     log_msg ("%s: connected (worker %u)", sc->name, w->id);
   sc->next = w->conns;
