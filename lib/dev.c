@@ -295,6 +295,41 @@ place (struct tally *t, const struct span *s)
   t->sectors = s->last - s->first + 1;
 }
 
+/* The store reads of a read request: whole sectors straight into the
+ * client's buffer, cut ones into cut (2P: the head sector, then the
+ * tail), since the store reads whole sectors only.  Returns how many. */
+static unsigned
+read_pieces (const struct s4k_dev *d, char *buf, uint64_t off,
+             const struct span *s, char *cut, struct s4k_io *io)
+{
+  unsigned n = 0;
+  if (s->head_cut)
+    io[n++] = (struct s4k_io) { cut, s->head_end - s->head_start,
+                                s->head_start };
+  if (s->mid_start < s->mid_end)
+    io[n++] = (struct s4k_io) { buf + (s->mid_start - off),
+                                s->mid_end - s->mid_start, s->mid_start };
+  if (s->tail_cut)
+    io[n++] = (struct s4k_io) { cut + d->g.physical,
+                                s->tail_end - s->tail_start, s->tail_start };
+  return n;
+}
+
+/* Copies the requested bytes of the cut sectors to the client's buffer. */
+static void
+read_cut_copy (const struct s4k_dev *d, char *buf, uint64_t len, uint64_t off,
+               const struct span *s, const char *cut)
+{
+  const uint64_t end = off + len;
+  if (s->head_cut) {
+    uint64_t e = end < s->head_end ? end : s->head_end;
+    memcpy (buf, cut + (off - s->head_start), e - off);
+  }
+  if (s->tail_cut)
+    memcpy (buf + (s->tail_start - off), cut + d->g.physical,
+            end - s->tail_start);
+}
+
 static int
 read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off,
          struct tally *t)
@@ -305,40 +340,19 @@ read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off,
 
   const struct span s = span_of (d, len, off);
   place (t, &s);
-  const uint64_t end = off + len;
-  char *b = NULL;
+  char *cut = NULL;
   struct s4k_io io[3];
-  unsigned n = 0;
 
-  if (s.head_cut || s.tail_cut) {
-    if (!(b = bounce (2 * (size_t) d->g.physical)))
-      return -ENOMEM;
-  }
-  /* Whole sectors go straight to the client's buffer; cut ones through
-   * the bounce buffer (the store reads whole sectors only). */
-  if (s.head_cut)
-    io[n++] = (struct s4k_io) { b, s.head_end - s.head_start, s.head_start };
-  if (s.mid_start < s.mid_end)
-    io[n++] = (struct s4k_io) { (char *) buf + (s.mid_start - off),
-                                s.mid_end - s.mid_start, s.mid_start };
-  if (s.tail_cut)
-    io[n++] = (struct s4k_io) { b + d->g.physical,
-                                s.tail_end - s.tail_start, s.tail_start };
-
+  if ((s.head_cut || s.tail_cut) &&
+      !(cut = bounce (2 * (size_t) d->g.physical)))
+    return -ENOMEM;
+  unsigned n = read_pieces (d, buf, off, &s, cut, io);
   s4k_lock (d->locks, s.first, s.last, true);
   r = d->store->ops->read (d->store, io, n);
   s4k_unlock (d->locks, s.first, s.last, true);
-  if (r)
-    return r;
-
-  if (s.head_cut) {
-    uint64_t e = end < s.head_end ? end : s.head_end;
-    memcpy (buf, b + (off - s.head_start), e - off);
-  }
-  if (s.tail_cut)
-    memcpy ((char *) buf + (s.tail_start - off), b + d->g.physical,
-            end - s.tail_start);
-  return 0;
+  if (r == 0)
+    read_cut_copy (d, buf, len, off, &s, cut);
+  return r;
 }
 
 static bool
@@ -350,85 +364,111 @@ all_zero (const char *p, size_t len)
   return true;
 }
 
-/* Writes data (or zeroes, when data is NULL) to [off, off+len): cut
- * sectors by read-modify-write, whole ones straight to the store (or
- * zeroed by the store).  A cut sector that a zero request leaves all
- * zero is zeroed by the store too, so zeroing keeps the store sparse.
- * The caller has locked every sector. */
-static int
-write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
-              const struct span *s, unsigned flags, const char *op,
-              struct tally *t)
+/* The store calls of a write or zero that cuts into sectors. */
+struct rmw {
+  struct s4k_io head, tail;     /* the cut sectors, in the bounce buffer */
+  struct s4k_io rd[2], wr[3];
+  unsigned nrd, nwr;
+  uint64_t zero_start, zero_end;        /* whole sectors for store->zero */
+};
+
+/* Lists the cut sectors to read first, into cut (2P: head, then tail). */
+static void
+rmw_reads (const struct s4k_dev *d, const struct span *s, char *cut,
+           struct rmw *m, struct tally *t)
+{
+  m->head = (struct s4k_io) { cut, s->head_end - s->head_start,
+                              s->head_start };
+  m->tail = (struct s4k_io) { cut + d->g.physical,
+                              s->tail_end - s->tail_start, s->tail_start };
+  m->nrd = 0;
+  if (s->head_cut)
+    m->rd[m->nrd++] = m->head;
+  if (s->tail_cut)
+    m->rd[m->nrd++] = m->tail;
+  t->rmw_sectors = m->nrd;
+  for (unsigned i = 0; i < m->nrd; i++)
+    t->rmw_read_bytes += m->rd[i].len;
+}
+
+/* Merges data (or zeroes, when data is NULL) into the cut sectors read
+ * and lists the writes.  A cut sector that a zero leaves all zero is
+ * zeroed by the store instead, so zeroing keeps the store sparse. */
+static void
+rmw_merge (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
+           const struct span *s, const char *op, struct rmw *m,
+           struct tally *t)
 {
   const uint64_t end = off + len;
-  const bool fua = flags & S4K_FUA;
-  char *head = NULL, *tail = NULL;
-  struct s4k_io rd[2], wr[3];
-  unsigned nrd = 0, nwr = 0;
-  int r;
-
-  if (s->head_cut || s->tail_cut) {
-    if (!(head = bounce (2 * (size_t) d->g.physical)))
-      return -ENOMEM;
-    tail = head + d->g.physical;
-  }
-  const struct s4k_io head_io = { head, s->head_end - s->head_start,
-                                  s->head_start };
-  const struct s4k_io tail_io = { tail, s->tail_end - s->tail_start,
-                                  s->tail_start };
-  if (s->head_cut)
-    rd[nrd++] = head_io;
-  if (s->tail_cut)
-    rd[nrd++] = tail_io;
-  if (nrd && (r = d->store->ops->read (d->store, rd, nrd)) != 0)
-    return r;
-  t->rmw_sectors = nrd;
-  for (unsigned i = 0; i < nrd; i++)
-    t->rmw_read_bytes += rd[i].len;
-
-  /* Merge the new bytes into the cut sectors. */
   bool head_zero = false, tail_zero = false;
   if (s->head_cut) {
+    char *head = m->head.buf;
     uint64_t e = end < s->head_end ? end : s->head_end;
     if (data)
       memcpy (head + (off - s->head_start), data, e - off);
     else {
       memset (head + (off - s->head_start), 0, e - off);
-      head_zero = all_zero (head, head_io.len);
+      head_zero = all_zero (head, m->head.len);
     }
     if (d->debug_mask & S4K_DEBUG_RMW)
       debug_rmw (d, op, len, off, s->first, s->head_start, s->head_end);
   }
   if (s->tail_cut) {
+    char *tail = m->tail.buf;
     if (data)
       memcpy (tail, data + (s->tail_start - off), end - s->tail_start);
     else {
       memset (tail, 0, end - s->tail_start);
-      tail_zero = all_zero (tail, tail_io.len);
+      tail_zero = all_zero (tail, m->tail.len);
     }
     if (d->debug_mask & S4K_DEBUG_RMW)
       debug_rmw (d, op, len, off, s->last, s->tail_start, s->tail_end);
   }
 
+  m->nwr = 0;
   if (s->head_cut && !head_zero)
-    wr[nwr++] = head_io;
+    m->wr[m->nwr++] = m->head;
   if (data && s->mid_start < s->mid_end)
-    wr[nwr++] = (struct s4k_io) { (char *) data + (s->mid_start - off),
-                                  s->mid_end - s->mid_start, s->mid_start };
+    m->wr[m->nwr++] = (struct s4k_io) { (char *) data + (s->mid_start - off),
+                                        s->mid_end - s->mid_start,
+                                        s->mid_start };
   if (s->tail_cut && !tail_zero)
-    wr[nwr++] = tail_io;
+    m->wr[m->nwr++] = m->tail;
+  m->zero_start = m->zero_end = 0;
   if (!data) {
-    uint64_t zs = head_zero ? s->head_start : s->mid_start;
-    uint64_t ze = tail_zero ? s->tail_end : s->mid_end;
-    if (zs < ze &&
-        (r = d->store->ops->zero (d->store, ze - zs, zs,
-                                  flags & S4K_MAY_TRIM, fua)) != 0)
-      return r;
+    m->zero_start = head_zero ? s->head_start : s->mid_start;
+    m->zero_end = tail_zero ? s->tail_end : s->mid_end;
   }
-  for (unsigned i = 0; i < nwr; i++)
-    t->store_write_bytes += wr[i].len;
-  if (nwr)
-    return d->store->ops->write (d->store, wr, nwr, fua);
+  for (unsigned i = 0; i < m->nwr; i++)
+    t->store_write_bytes += m->wr[i].len;
+}
+
+/* Writes data (or zeroes, when data is NULL) to [off, off+len): cut
+ * sectors by read-modify-write, whole ones straight to the store (or
+ * zeroed by the store).  The caller has locked every sector. */
+static int
+write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
+              const struct span *s, unsigned flags, const char *op,
+              struct tally *t)
+{
+  const bool fua = flags & S4K_FUA;
+  char *cut = NULL;
+  struct rmw m;
+  int r;
+
+  if ((s->head_cut || s->tail_cut) &&
+      !(cut = bounce (2 * (size_t) d->g.physical)))
+    return -ENOMEM;
+  rmw_reads (d, s, cut, &m, t);
+  if (m.nrd && (r = d->store->ops->read (d->store, m.rd, m.nrd)) != 0)
+    return r;
+  rmw_merge (d, data, len, off, s, op, &m, t);
+  if (m.zero_start < m.zero_end &&
+      (r = d->store->ops->zero (d->store, m.zero_end - m.zero_start,
+                                m.zero_start, flags & S4K_MAY_TRIM, fua)) != 0)
+    return r;
+  if (m.nwr)
+    return d->store->ops->write (d->store, m.wr, m.nwr, fua);
   return 0;
 }
 
@@ -585,45 +625,248 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
 
 /* ---- asynchronous requests -------------------------------------------- */
 
+/* A request runs as a sequence of stages, each either done at once or
+ * waited for: a sector lock (woken through the loop's post) or store I/O
+ * (completed from the loop's ring). */
+enum aio_stage {
+  AIO_START, AIO_LOCK, AIO_READ, AIO_RMW_READ, AIO_WRITE, AIO_FLUSH, AIO_DONE
+};
+
+struct s4k_aio {
+  struct s4k_dev *d;
+  struct s4k_loop *loop;
+  s4k_aio_done_fn *done;
+  void *opaque;
+  /* The request in flight. */
+  enum s4k_op op;
+  enum aio_stage stage;
+  char *buf;
+  uint64_t len, off;
+  unsigned flags;
+  struct span s;
+  struct tally t;
+  struct rmw m;
+  bool locked;
+  char *cut;                    /* 2P for the cut sectors, kept */
+  struct s4k_lock_waiter waiter;
+  struct s4k_completion retry;  /* posted when the waiter is woken */
+  struct s4k_store_req req;
+};
+
 bool
 s4k_dev_async (const struct s4k_dev *d)
 {
-  (void) d;
-  return false;                 /* not yet: the stubs below */
+  return d->store->async;
+}
+
+static enum aio_stage
+next_stage (const struct s4k_aio *a)
+{
+  switch (a->stage) {
+  case AIO_START:
+    return a->op == S4K_OP_FLUSH ? AIO_FLUSH : AIO_LOCK;
+  case AIO_LOCK:
+    if (a->op == S4K_OP_READ)
+      return AIO_READ;
+    return a->s.head_cut || a->s.tail_cut ? AIO_RMW_READ : AIO_WRITE;
+  case AIO_RMW_READ:
+    return AIO_WRITE;
+  default:
+    return AIO_DONE;
+  }
+}
+
+/* Starts the current stage: 1 if it must be waited for, else its
+ * result. */
+static int
+start_stage (struct s4k_aio *a)
+{
+  struct s4k_dev *d = a->d;
+  struct s4k_store_req *q = &a->req;
+
+  switch (a->stage) {
+  case AIO_LOCK:
+    if (!s4k_trylock (d->locks, a->s.first, a->s.last, a->op == S4K_OP_READ,
+                      &a->waiter))
+      return 1;
+    a->locked = true;
+    return 0;
+  case AIO_READ:
+    q->kind = S4K_REQ_READ;
+    q->n = read_pieces (d, a->buf, a->off, &a->s, a->cut, q->io);
+    break;
+  case AIO_RMW_READ:
+    rmw_reads (d, &a->s, a->cut, &a->m, &a->t);
+    q->kind = S4K_REQ_READ;
+    q->n = a->m.nrd;
+    memcpy (q->io, a->m.rd, sizeof a->m.rd);
+    break;
+  case AIO_WRITE:
+    q->kind = S4K_REQ_WRITE;
+    q->fua = a->flags & S4K_FUA;
+    if (a->s.head_cut || a->s.tail_cut) {
+      rmw_merge (d, a->buf, a->len, a->off, &a->s, "write", &a->m, &a->t);
+      q->n = a->m.nwr;
+      memcpy (q->io, a->m.wr, sizeof a->m.wr);
+    }
+    else {
+      q->n = 1;
+      q->io[0] = (struct s4k_io) { a->buf, a->len, a->off };
+      a->t.store_write_bytes = a->len;
+    }
+    break;
+  case AIO_FLUSH:
+    q->kind = S4K_REQ_FLUSH;
+    q->n = 0;
+    break;
+  default:
+    abort ();
+  }
+  return d->store->ops->submit (d->store, q);
+}
+
+/* The request is over: unlock, hand over the cut bytes, count it. */
+static int
+aio_finish (struct s4k_aio *a, int r)
+{
+  struct s4k_dev *d = a->d;
+  if (a->locked) {
+    s4k_unlock (d->locks, a->s.first, a->s.last, a->op == S4K_OP_READ);
+    a->locked = false;
+  }
+  if (r == 0 && a->op == S4K_OP_READ)
+    read_cut_copy (d, a->buf, a->len, a->off, &a->s, a->cut);
+  a->stage = AIO_DONE;
+  return counted (d, a->op, a->len, a->off, r, &a->t);
+}
+
+/* The current stage finished with r (or waits, r == 1): runs the next
+ * ones until one must be waited for.  Returns 1 then, else the result. */
+static int
+aio_run (struct s4k_aio *a, int r)
+{
+  while (r == 0) {
+    a->stage = next_stage (a);
+    if (a->stage == AIO_DONE)
+      break;
+    r = start_stage (a);
+  }
+  return r == 1 ? 1 : aio_finish (a, r);
+}
+
+/* Store I/O completed (on the loop's thread). */
+static void
+aio_store_done (struct s4k_store_req *q, int res)
+{
+  struct s4k_aio *a = s4k_container_of (q, struct s4k_aio, req);
+  int r = aio_run (a, res);
+  if (r != 1)
+    a->done (a->opaque, r);
+}
+
+/* The stripe the request waits on was unlocked, maybe by another
+ * thread: try again on the request's own. */
+static void
+aio_lock_woken (struct s4k_lock_waiter *w)
+{
+  struct s4k_aio *a = s4k_container_of (w, struct s4k_aio, waiter);
+  a->loop->post (a->loop, &a->retry);
+}
+
+static void
+aio_retry (struct s4k_completion *c, int res)
+{
+  (void) res;
+  struct s4k_aio *a = s4k_container_of (c, struct s4k_aio, retry);
+  int r = aio_run (a, start_stage (a));
+  if (r != 1)
+    a->done (a->opaque, r);
 }
 
 struct s4k_aio *
 s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop, s4k_aio_done_fn *done,
              void *opaque)
 {
-  (void) d; (void) loop; (void) done; (void) opaque;
-  return NULL;
+  struct s4k_aio *a = calloc (1, sizeof *a);
+  if (!a)
+    return NULL;
+  a->d = d;
+  a->loop = loop;
+  a->done = done;
+  a->opaque = opaque;
+  a->stage = AIO_DONE;
+  a->waiter.wake = aio_lock_woken;
+  a->retry.fn = aio_retry;
+  a->req.loop = loop;
+  a->req.done = aio_store_done;
+  return a;
 }
 
 void
 s4k_aio_free (struct s4k_aio *a)
 {
-  (void) a;
+  if (!a)
+    return;
+  free (a->cut);
+  free (a->req.bounce);
+  free (a);
 }
 
+static int
+aio_begin (struct s4k_aio *a, enum s4k_op op, void *buf, uint64_t len,
+           uint64_t off, unsigned flags)
+{
+  struct s4k_dev *d = a->d;
+  a->op = op;
+  a->buf = buf;
+  a->len = len;
+  a->off = off;
+  a->flags = flags;
+  a->t = (struct tally) { 0 };
+  a->stage = AIO_START;
+  a->locked = false;
+  if (op != S4K_OP_FLUSH) {
+    int r = check_request (d, op, len, off);
+    if (r || len == 0) {
+      a->stage = AIO_DONE;
+      return counted (d, op, len, off, r, &a->t);
+    }
+    a->s = span_of (d, len, off);
+    place (&a->t, &a->s);
+    /* Page-aligned, so O_DIRECT needs no bounce for the cut sectors. */
+    if ((a->s.head_cut || a->s.tail_cut) && !a->cut &&
+        posix_memalign ((void **) &a->cut, 4096, 2 * (size_t) d->g.physical)) {
+      a->cut = NULL;
+      a->stage = AIO_DONE;
+      return counted (d, op, len, off, -ENOMEM, &a->t);
+    }
+  }
+  return aio_run (a, 0);
+}
+
+/* Stores without submit run the synchronous calls: they do not wait on
+ * a disk. */
 int
 s4k_aio_read (struct s4k_aio *a, void *buf, uint64_t len, uint64_t off)
 {
-  (void) a; (void) buf; (void) len; (void) off;
-  return -ENOTSUP;
+  if (!a->d->store->async)
+    return s4k_read (a->d, buf, len, off);
+  return aio_begin (a, S4K_OP_READ, buf, len, off, 0);
 }
 
 int
 s4k_aio_write (struct s4k_aio *a, const void *buf, uint64_t len, uint64_t off,
                unsigned flags)
 {
-  (void) a; (void) buf; (void) len; (void) off; (void) flags;
-  return -ENOTSUP;
+  if (!a->d->store->async)
+    return s4k_write (a->d, buf, len, off, flags);
+  return aio_begin (a, S4K_OP_WRITE, (void *) buf, len, off, flags);
 }
 
 int
 s4k_aio_flush (struct s4k_aio *a)
 {
-  (void) a;
-  return -ENOTSUP;
+  if (!a->d->store->async)
+    return s4k_flush (a->d);
+  return aio_begin (a, S4K_OP_FLUSH, NULL, 0, 0, 0);
 }

@@ -28,6 +28,7 @@ struct stripe {
   atomic_uint waiters;
   unsigned n, cap;
   struct held *held;
+  struct s4k_lock_waiter *queue;   /* s4k_trylock callers to wake */
 } __attribute__ ((aligned (64)));
 
 struct s4k_locks {
@@ -94,6 +95,25 @@ piece_last (uint64_t pf, uint64_t last)
   return end < last ? end : last;
 }
 
+/* Records a held range; the caller has the stripe. */
+static void
+hold (struct stripe *s, uint64_t first, uint64_t last, bool shared)
+{
+  if (s->n == s->cap) {
+    /* Grows only the first few times a stripe gets busy. */
+    unsigned cap = s->cap ? s->cap * 2 : 4;
+    struct held *h = realloc (s->held, cap * sizeof *h);
+    if (!h) {
+      /* There is no safe way to fail with half the range locked. */
+      fputs ("sect4k: out of memory in the sector lock table\n", stderr);
+      abort ();
+    }
+    s->held = h;
+    s->cap = cap;
+  }
+  s->held[s->n++] = (struct held) { first, last, shared };
+}
+
 void
 s4k_lock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
 {
@@ -110,21 +130,33 @@ s4k_lock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
       atomic_fetch_sub (&s->waiters, 1);
       stripe_acquire (s);
     }
-    if (s->n == s->cap) {
-      /* Grows only the first few times a stripe gets busy. */
-      unsigned cap = s->cap ? s->cap * 2 : 4;
-      struct held *h = realloc (s->held, cap * sizeof *h);
-      if (!h) {
-        /* There is no safe way to fail with half the range locked. */
-        fputs ("sect4k: out of memory in the sector lock table\n", stderr);
-        abort ();
-      }
-      s->held = h;
-      s->cap = cap;
-    }
-    s->held[s->n++] = (struct held) { pf, pl, shared };
+    hold (s, pf, pl, shared);
     stripe_release (s);
   }
+}
+
+bool
+s4k_trylock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared,
+             struct s4k_lock_waiter *w)
+{
+  for (uint64_t pf = first, pl; pf <= last; pf = pl + 1) {
+    pl = piece_last (pf, last);
+    struct stripe *s = stripe_of (l, pf >> GROUP_SHIFT);
+    stripe_acquire (s);
+    if (conflicts (s, pf, pl, shared)) {
+      /* Queued under the stripe's lock: the unlock that clears the
+       * conflict cannot miss w. */
+      w->next = s->queue;
+      s->queue = w;
+      stripe_release (s);
+      if (pf > first)
+        s4k_unlock (l, first, pf - 1, shared);
+      return false;
+    }
+    hold (s, pf, pl, shared);
+    stripe_release (s);
+  }
+  return true;
 }
 
 void
@@ -145,8 +177,14 @@ s4k_unlock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
     atomic_store_explicit (&s->seq,
                            atomic_load_explicit (&s->seq, memory_order_relaxed)
                            + 1, memory_order_relaxed);
+    struct s4k_lock_waiter *q = s->queue;
+    s->queue = NULL;
     stripe_release (s);
     if (atomic_load (&s->waiters))
       syscall (SYS_futex, &s->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    for (struct s4k_lock_waiter *next; q; q = next) {
+      next = q->next;           /* wake may queue q again */
+      q->wake (q);
+    }
   }
 }

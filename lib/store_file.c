@@ -13,6 +13,9 @@
  * fdatasync through the ring, FUA is RWF_DSYNC.  Where io_uring cannot be
  * set up (old kernel, seccomp) or io=sync, pread/pwrite do the same work.
  *
+ * Event loops (sect4k-server) instead submit requests to their own ring
+ * (file_submit): nothing there waits for the disk.
+ *
  * direct=true opens with O_DIRECT; buffers that are not aligned for it
  * (the client's, the engine's RMW buffer) bounce through an aligned
  * per-thread buffer.
@@ -161,16 +164,14 @@ thread_bounce (size_t len)
 
 /* ---- reads and writes -------------------------------------------------- */
 
-/* One piece in progress. */
-struct piece {
-  char *buf;
-  uint64_t off, left;
-};
+/* One piece in progress: buf, off and left of struct s4k_store_piece
+ * (the synchronous paths leave its completion unused). */
+typedef struct s4k_store_piece piece;
 
 /* Advances p by a completed transfer of res bytes (res >= 0).  A read
  * at the end of the file (someone shrank it) reads zeroes. */
 static int
-advance (struct piece *p, int64_t res, bool write)
+advance (piece *p, int64_t res, bool write)
 {
   if (res == 0) {
     if (write)
@@ -187,7 +188,7 @@ advance (struct piece *p, int64_t res, bool write)
 /* pread/pwrite: one vectored call for each run of contiguous pieces (the
  * head, middle and tail sectors of an RMW write are one run). */
 static int
-sync_rw (struct file_store *f, bool write, struct piece *p, unsigned n,
+sync_rw (struct file_store *f, bool write, piece *p, unsigned n,
          bool fua)
 {
   unsigned i = 0;
@@ -234,17 +235,41 @@ sync_rw (struct file_store *f, bool write, struct piece *p, unsigned n,
 }
 
 static void
-prep_rw (struct io_uring *ring, struct file_store *f, bool write,
-         struct piece *p, unsigned i, bool fua)
+prep_rw (struct io_uring_sqe *sqe, struct file_store *f, bool write,
+         const piece *p, bool fua)
 {
-  struct io_uring_sqe *sqe = io_uring_get_sqe (ring);
-  unsigned len = p[i].left < MAX_SQE_BYTES ? p[i].left : MAX_SQE_BYTES;
+  unsigned len = p->left < MAX_SQE_BYTES ? p->left : MAX_SQE_BYTES;
   if (write) {
-    io_uring_prep_write (sqe, f->fd, p[i].buf, len, p[i].off);
+    io_uring_prep_write (sqe, f->fd, p->buf, len, p->off);
     sqe->rw_flags = fua ? RWF_DSYNC : 0;
   }
   else
-    io_uring_prep_read (sqe, f->fd, p[i].buf, len, p[i].off);
+    io_uring_prep_read (sqe, f->fd, p->buf, len, p->off);
+}
+
+/* A piece's transfer completed with res: 1 if it needs another
+ * submission (interrupted, or short), 0 once it is whole, or -errno (the
+ * piece is given up). */
+static int
+piece_result (piece *p, int res, bool write)
+{
+  if (res == -EINTR || res == -EAGAIN)
+    return 1;
+  int r = res < 0 ? res : advance (p, res, write);
+  if (r) {
+    p->left = 0;
+    return r;
+  }
+  return p->left ? 1 : 0;
+}
+
+/* On this thread's own ring (room for MAX_PIECES). */
+static void
+ring_queue (struct io_uring *ring, struct file_store *f, bool write,
+            piece *p, unsigned i, bool fua)
+{
+  struct io_uring_sqe *sqe = io_uring_get_sqe (ring);
+  prep_rw (sqe, f, write, &p[i], fua);
   io_uring_sqe_set_data64 (sqe, i);
 }
 
@@ -252,14 +277,14 @@ prep_rw (struct io_uring *ring, struct file_store *f, bool write,
  * piece has completed (or failed) when this returns. */
 static int
 ring_rw (struct io_uring *ring, struct file_store *f, bool write,
-         struct piece *p, unsigned n, bool fua)
+         piece *p, unsigned n, bool fua)
 {
   unsigned inflight = 0;
   int err = 0;
 
   for (unsigned i = 0; i < n; i++)
     if (p[i].left) {
-      prep_rw (ring, f, write, p, i, fua);
+      ring_queue (ring, f, write, p, i, fua);
       inflight++;
     }
   while (inflight) {
@@ -276,16 +301,11 @@ ring_rw (struct io_uring *ring, struct file_store *f, bool write,
       int res = cqe->res;
       io_uring_cqe_seen (ring, cqe);
       inflight--;
-      if (res == -EINTR || res == -EAGAIN)
-        ;                       /* resubmit as it is */
-      else if (res < 0 || (r = advance (&p[i], res, write)) != 0) {
-        if (!err)
-          err = res < 0 ? res : r;
-        p[i].left = 0;
-        continue;
-      }
-      if (p[i].left && !err) {
-        prep_rw (ring, f, write, p, i, fua);
+      r = piece_result (&p[i], res, write);
+      if (r < 0 && !err)
+        err = r;
+      else if (r == 1 && !err) {
+        ring_queue (ring, f, write, p, i, fua);
         inflight++;
       }
     }
@@ -297,7 +317,7 @@ ring_rw (struct io_uring *ring, struct file_store *f, bool write,
  * costs one plain syscall, less than a trip through the ring.  What
  * would block is left for the ring. */
 static void
-cached_reads (struct file_store *f, struct piece *p, unsigned n)
+cached_reads (struct file_store *f, piece *p, unsigned n)
 {
   for (unsigned i = 0; i < n; i++) {
     struct iovec iov = { p[i].buf, p[i].left };
@@ -307,15 +327,57 @@ cached_reads (struct file_store *f, struct piece *p, unsigned n)
   }
 }
 
-/* Reads or writes the engine's pieces, bouncing buffers O_DIRECT cannot
- * use. */
+/* O_DIRECT needs aligned buffers (f->mem_align is 1 for buffered I/O):
+ * pieces whose buffer is not go through a bounce buffer of this size. */
+static bool
+unaligned (const struct file_store *f, const void *buf)
+{
+  return (uintptr_t) buf % f->mem_align != 0;
+}
+
+static size_t
+bounce_need (const struct file_store *f, const struct s4k_io *io, unsigned n)
+{
+  size_t len = 0;
+  for (unsigned i = 0; i < n; i++)
+    if (unaligned (f, io[i].buf))
+      len += (io[i].len + 4095) & ~(size_t) 4095;
+  return len;
+}
+
+static void
+set_pieces (const struct file_store *f, bool write, const struct s4k_io *io,
+            unsigned n, piece *p, char *bounce)
+{
+  for (unsigned i = 0, b = 0; i < n; i++) {
+    p[i] = (piece) { .buf = io[i].buf, .off = io[i].off, .left = io[i].len };
+    if (unaligned (f, io[i].buf)) {
+      p[i].buf = bounce + b;
+      if (write)
+        memcpy (p[i].buf, io[i].buf, io[i].len);
+      b += (io[i].len + 4095) & ~(size_t) 4095;
+    }
+  }
+}
+
+static void
+unbounce_reads (const struct file_store *f, const struct s4k_io *io,
+                unsigned n, const char *bounce)
+{
+  for (unsigned i = 0, b = 0; i < n; i++)
+    if (unaligned (f, io[i].buf)) {
+      memcpy (io[i].buf, bounce + b, io[i].len);
+      b += (io[i].len + 4095) & ~(size_t) 4095;
+    }
+}
+
+/* Reads or writes the engine's pieces on this thread's ring (or with
+ * pread/pwrite). */
 static int
 file_rw (struct file_store *f, bool write, const struct s4k_io *io,
          unsigned n, bool fua)
 {
-  struct piece p[MAX_PIECES];
-  bool bounced[MAX_PIECES] = { false };
-  size_t bounce_len = 0;
+  piece p[MAX_PIECES];
   char *bounce = NULL;
   int r;
 
@@ -328,24 +390,10 @@ file_rw (struct file_store *f, bool write, const struct s4k_io *io,
   }
   if (write && f->readonly)
     return -EROFS;
-  if (f->direct) {
-    for (unsigned i = 0; i < n; i++)
-      if ((uintptr_t) io[i].buf % f->mem_align) {
-        bounced[i] = true;
-        bounce_len += (io[i].len + 4095) & ~(size_t) 4095;
-      }
-    if (bounce_len && !(bounce = thread_bounce (bounce_len)))
-      return -ENOMEM;
-  }
-  for (unsigned i = 0, b = 0; i < n; i++) {
-    p[i] = (struct piece) { io[i].buf, io[i].off, io[i].len };
-    if (bounced[i]) {
-      p[i].buf = bounce + b;
-      if (write)
-        memcpy (p[i].buf, io[i].buf, io[i].len);
-      b += (io[i].len + 4095) & ~(size_t) 4095;
-    }
-  }
+  size_t need = bounce_need (f, io, n);
+  if (need && !(bounce = thread_bounce (need)))
+    return -ENOMEM;
+  set_pieces (f, write, io, n, p, bounce);
 
   /* Buffered writes are plain copies into the page cache, and file
    * systems without async buffered writes (ext4) make io_uring hand each
@@ -356,13 +404,8 @@ file_rw (struct file_store *f, bool write, const struct s4k_io *io,
     cached_reads (f, p, n);
   r = ring ? ring_rw (ring, f, write, p, n, fua)
            : sync_rw (f, write, p, n, fua);
-
-  if (r == 0 && !write && bounce_len)
-    for (unsigned i = 0, b = 0; i < n; i++)
-      if (bounced[i]) {
-        memcpy (io[i].buf, bounce + b, io[i].len);
-        b += (io[i].len + 4095) & ~(size_t) 4095;
-      }
+  if (r == 0 && !write && need)
+    unbounce_reads (f, io, n, bounce);
   return r;
 }
 
@@ -377,6 +420,97 @@ file_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
             bool fua)
 {
   return file_rw ((struct file_store *) s, true, io, n, fua);
+}
+
+/* ---- asynchronous requests, on a front end's ring --------------------- */
+
+static void piece_done (struct s4k_completion *c, int res);
+
+/* Queues a piece (or the flush) on the loop's ring; the loop submits it
+ * and hands the completion to piece_done. */
+static void
+queue_piece (struct file_store *f, struct s4k_store_req *q, piece *p)
+{
+  struct io_uring *ring = q->loop->ring;
+  struct io_uring_sqe *sqe = io_uring_get_sqe (ring);
+  if (!sqe) {
+    io_uring_submit (ring);     /* empties the submission queue */
+    sqe = io_uring_get_sqe (ring);
+  }
+  if (q->kind == S4K_REQ_FLUSH)
+    io_uring_prep_fsync (sqe, f->fd, IORING_FSYNC_DATASYNC);
+  else
+    prep_rw (sqe, f, q->kind == S4K_REQ_WRITE, p, q->fua);
+  io_uring_sqe_set_data (sqe, &p->c);
+  q->inflight++;
+}
+
+static void
+piece_done (struct s4k_completion *c, int res)
+{
+  piece *p = s4k_container_of (c, piece, c);
+  struct s4k_store_req *q = p->req;
+  struct file_store *f = (struct file_store *) q->store;
+  int r;
+
+  q->inflight--;
+  if (q->kind == S4K_REQ_FLUSH)
+    r = res == -EINTR || res == -EAGAIN ? 1 : res < 0 ? res : 0;
+  else
+    r = piece_result (p, res, q->kind == S4K_REQ_WRITE);
+  if (r < 0 && !q->err)
+    q->err = r;
+  else if (r == 1 && !q->err)
+    queue_piece (f, q, p);
+  if (q->inflight)
+    return;
+  if (!q->err && q->kind == S4K_REQ_READ && q->bounce)
+    unbounce_reads (f, q->io, q->n, q->bounce);
+  q->done (q, q->err);
+}
+
+/* Reads what the page cache holds at once; everything else (cache
+ * misses, writes, flushes) goes through the loop's ring, so a slow disk
+ * holds up only the requests waiting for it.  Buffered writes too, though
+ * on file systems without async buffered writes (ext4) the kernel runs
+ * them on its worker threads: blocking the loop on a dirty-page throttle
+ * would stall every connection it serves. */
+static int
+file_submit (struct s4k_store *s, struct s4k_store_req *q)
+{
+  struct file_store *f = (struct file_store *) s;
+  const bool write = q->kind == S4K_REQ_WRITE;
+
+  q->store = s;
+  q->err = 0;
+  q->inflight = 0;
+  if (write && f->readonly)
+    return -EROFS;
+  if (q->kind == S4K_REQ_FLUSH) {
+    q->piece[0] = (piece) { .c.fn = piece_done, .req = q };
+    queue_piece (f, q, &q->piece[0]);
+    return 1;
+  }
+  size_t need = bounce_need (f, q->io, q->n);
+  if (need > q->bounce_len) {
+    free (q->bounce);
+    q->bounce_len = 0;
+    if (posix_memalign (&q->bounce, 4096, need) != 0) {
+      q->bounce = NULL;
+      return -ENOMEM;
+    }
+    q->bounce_len = need;
+  }
+  set_pieces (f, write, q->io, q->n, q->piece, q->bounce);
+  if (!write && !f->direct)
+    cached_reads (f, q->piece, q->n);
+  for (unsigned i = 0; i < q->n; i++) {
+    q->piece[i].c.fn = piece_done;
+    q->piece[i].req = q;
+    if (q->piece[i].left)
+      queue_piece (f, q, &q->piece[i]);
+  }
+  return q->inflight ? 1 : 0;
 }
 
 /* ---- flush, zero, trim ------------------------------------------------- */
@@ -587,6 +721,7 @@ static const struct s4k_store_ops file_ops = {
   .readonly = s4k_file_store_readonly,
   .info = s4k_file_store_info,
   .close = file_close,
+  .submit = file_submit,
 };
 
 const char *
@@ -877,6 +1012,7 @@ s4k_file_store_new (const struct s4k_config *c, uint64_t *size, char *err,
   else
     probe_uring (io_why, sizeof io_why);
   f->uring = io_why[0] == '\0';
+  f->base.async = f->uring;
   snprintf (f->info, sizeof f->info, "file=%s: %s, %" PRIu64 " bytes, %s%s%s"
             ", %s, %s", c->file, f->blockdev ? "block device" : "regular file",
             f->size, f->uring ? (f->direct ? "io_uring"

@@ -135,6 +135,9 @@ typedef int s4k_extent_fn (void *opaque, uint64_t off, uint64_t len,
 
 struct io_uring;
 
+/* The structure of type T whose member m is at p. */
+#define s4k_container_of(p, T, m) ((T *) ((char *) (p) - offsetof (T, m)))
+
 /* Every io_uring submission the engine makes on a front end's ring carries
  * a pointer to one of these as its user data: the loop hands each
  * completion to c->fn (res is cqe->res).  Front ends may use the same
@@ -169,6 +172,7 @@ struct s4k_store_req {
    * submit returned the result at once. */
   void (*done) (struct s4k_store_req *r, int res);
   /* The store's own. */
+  struct s4k_store *store;
   struct s4k_store_piece {
     struct s4k_completion c;
     struct s4k_store_req *req;
