@@ -3,6 +3,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -562,10 +563,19 @@ read_done (struct conn *c, int r)
   }
 }
 
-/* The reply to the read, write or flush in c, whose engine result is r:
- * the same whether the engine answered inline or asynchronously. */
+static unsigned
+zero_flags (uint16_t f)
+{
+  return (f & NBD_CMD_FLAG_FUA ? S4K_FUA : 0) |
+         (f & NBD_CMD_FLAG_NO_HOLE ? 0 : S4K_MAY_TRIM) |
+         (f & NBD_CMD_FLAG_FAST_ZERO ? S4K_FAST_ZERO : 0);
+}
+
+/* The reply to the request in c (a read, write, flush, zero or trim)
+ * whose engine result is r: the same whether the engine answered inline
+ * or later. */
 static void
-data_done (struct conn *c, int r)
+cmd_done (struct conn *c, int r)
 {
   switch (c->type) {
   case NBD_CMD_READ:
@@ -576,28 +586,66 @@ data_done (struct conn *c, int r)
       c->stats.bytes_written += c->length;
     reply_result (c, r, S4K_OP_WRITE);
     break;
-  default:
+  case NBD_CMD_FLUSH:
     reply_result (c, r, S4K_OP_FLUSH);
+    break;
+  case NBD_CMD_TRIM:
+    reply_result (c, r, S4K_OP_TRIM);
+    break;
+  default:
+    reply_result (c, r, S4K_OP_ZERO);
     break;
   }
 }
 
-/* The engine finished the request in flight (on the loop's thread). */
+/* The request in flight finished (on the loop's thread). */
 static void
 aio_done (void *opaque, int r)
 {
   struct conn *c = opaque;
   c->busy = false;
-  data_done (c, r);
+  cmd_done (c, r);
   conn_process (c);
   c->wake (c);                  /* may free c: last */
 }
 
-/* Runs a read, write or flush: through the aio slot when the store is
- * asynchronous (in flight: busy until aio_done), else inline.  A read's
- * data goes straight into its reply, reserved in c->out. */
+static int
+zero_or_trim (struct conn *c)
+{
+  if (c->type == NBD_CMD_TRIM)
+    return s4k_trim (c->cfg->dev, c->length, c->offset,
+                     c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0);
+  return s4k_zero (c->cfg->dev, c->length, c->offset, zero_flags (c->flags));
+}
+
+/* Zero and trim have only blocking engine calls, whose sector locks may
+ * be held by requests in flight on this very loop: waiting for them here
+ * would stop the loop that must finish them.  So with an asynchronous
+ * store they run on a short-lived thread, and the result comes back
+ * through the loop's post like an aio completion. */
+static void *
+helper_main (void *arg)
+{
+  struct conn *c = arg;
+  c->helper_result = zero_or_trim (c);
+  c->loop->post (c->loop, &c->helper_done);
+  return NULL;
+}
+
 static void
-data_cmd (struct conn *c)
+helper_done (struct s4k_completion *hc, int res)
+{
+  (void) res;
+  struct conn *c = s4k_container_of (hc, struct conn, helper_done);
+  pthread_join (c->helper, NULL);       /* it has posted: it only returns */
+  aio_done (c, c->helper_result);
+}
+
+/* Runs a read, write, flush, zero or trim.  With an asynchronous store
+ * it is in flight (busy) until aio_done; else inline.  A read's data goes
+ * straight into its reply, reserved in c->out. */
+static void
+run_cmd (struct conn *c)
 {
   struct s4k_dev *dev = c->cfg->dev;
   struct s4k_aio *a = c->aio;
@@ -615,14 +663,22 @@ data_cmd (struct conn *c)
           : s4k_write (dev, c->payload, c->length, c->offset, flags);
     break;
   }
-  default:
+  case NBD_CMD_FLUSH:
     r = a ? s4k_aio_flush (a) : s4k_flush (dev);
     break;
+  default:
+    if (a) {
+      r = pthread_create (&c->helper, NULL, helper_main, c);
+      r = r ? -r : 1;
+    }
+    else
+      r = zero_or_trim (c);
+    break;
   }
-  if (a && r == 1)
+  if (r == 1)
     c->busy = true;
   else
-    data_done (c, r);
+    cmd_done (c, r);
 }
 
 static void
@@ -636,7 +692,7 @@ cmd_read (struct conn *c)
   }
   c->reply_base = c->out.len;
   if (out_grow (c, (c->structured ? 28 : 16) + c->length))
-    data_cmd (c);
+    run_cmd (c);
 }
 
 /* The payload buffer grows as the bytes arrive, so a client must send
@@ -770,14 +826,6 @@ check_request (struct conn *c, char *msg, size_t len)
   return 0;
 }
 
-static unsigned
-zero_flags (uint16_t f)
-{
-  return (f & NBD_CMD_FLAG_FUA ? S4K_FUA : 0) |
-         (f & NBD_CMD_FLAG_NO_HOLE ? 0 : S4K_MAY_TRIM) |
-         (f & NBD_CMD_FLAG_FAST_ZERO ? S4K_FAST_ZERO : 0);
-}
-
 /* A complete request header has been parsed. */
 static void
 handle_request (struct conn *c)
@@ -825,19 +873,12 @@ handle_request (struct conn *c)
     c->state = ST_DONE;
     break;
   case NBD_CMD_FLUSH:
-    data_cmd (c);
-    break;
   case NBD_CMD_TRIM:
-    reply_result (c, s4k_trim (dev, c->length, c->offset,
-                               c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0),
-                  S4K_OP_TRIM);
+  case NBD_CMD_WRITE_ZEROES:
+    run_cmd (c);
     break;
   case NBD_CMD_CACHE:
     reply_result (c, s4k_cache (dev, c->length, c->offset), S4K_OP_CACHE);
-    break;
-  case NBD_CMD_WRITE_ZEROES:
-    reply_result (c, s4k_zero (dev, c->length, c->offset,
-                               zero_flags (c->flags)), S4K_OP_ZERO);
     break;
   case NBD_CMD_BLOCK_STATUS:
     cmd_block_status (c);
@@ -858,8 +899,11 @@ conn_init (struct conn *c, const struct server_cfg *cfg, const char *name,
   c->in = malloc (CONN_IN_SIZE);
   uint8_t *p = c->in ? out_grow (c, 18) : NULL;
   const bool async = loop && s4k_dev_async (cfg->dev);
-  if (p && async)
+  if (p && async) {
     c->aio = s4k_aio_new (cfg->dev, loop, aio_done, c);
+    c->loop = loop;
+    c->helper_done.fn = helper_done;
+  }
   if (!p || (async && !c->aio)) {
     conn_free (c);
     return -1;
@@ -1007,7 +1051,7 @@ conn_process (struct conn *c)
       if (c->payload_have < c->length)
         goto need_more;
       c->state = ST_REQUEST;
-      data_cmd (c);
+      run_cmd (c);
       break;
     }
 
