@@ -10,7 +10,6 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,11 +27,8 @@
 #define BIG_BUFFER (4u << 20)       /* output buffers above this are freed */
 
 /* Every ring operation's user data is the s4k_completion it embeds (the
- * engine's convention, so its store I/O shares the ring): this finds the
- * structure around it. */
-#define container_of(ptr, type, member) \
-  ((type *) ((char *) (ptr) - offsetof (type, member)))
-
+ * engine's convention, so its store I/O shares the ring);
+ * s4k_container_of finds the structure around it. */
 struct worker;
 
 /* A connection with its socket. */
@@ -126,7 +122,7 @@ arm_wake (struct worker *w)
 static void
 post (struct s4k_loop *loop, struct s4k_completion *c)
 {
-  struct worker *w = container_of (loop, struct worker, loop);
+  struct worker *w = s4k_container_of (loop, struct worker, loop);
   c->next = atomic_load_explicit (&w->posted, memory_order_relaxed);
   while (!atomic_compare_exchange_weak_explicit (&w->posted, &c->next, c,
                                                  memory_order_release,
@@ -256,14 +252,14 @@ kick (struct worker *w, struct sconn *sc)
 static void
 conn_wake (struct conn *c)
 {
-  struct sconn *sc = container_of (c, struct sconn, c);
+  struct sconn *sc = s4k_container_of (c, struct sconn, c);
   kick (sc->w, sc);
 }
 
 static void
 on_recv (struct s4k_completion *op, int res)
 {
-  struct sconn *sc = container_of (op, struct sconn, recv_op);
+  struct sconn *sc = s4k_container_of (op, struct sconn, recv_op);
   struct worker *w = sc->w;
   sc->recv_busy = false;
   if (res > 0 && !sc->closing)
@@ -283,7 +279,7 @@ on_recv (struct s4k_completion *op, int res)
 static void
 on_send (struct s4k_completion *op, int res)
 {
-  struct sconn *sc = container_of (op, struct sconn, send_op);
+  struct sconn *sc = s4k_container_of (op, struct sconn, send_op);
   struct worker *w = sc->w;
   sc->send_busy = false;
   if (res < 0) {
@@ -314,7 +310,7 @@ on_send (struct s4k_completion *op, int res)
 static void
 on_accept (struct s4k_completion *op, int res)
 {
-  struct worker *w = container_of (op, struct worker, accept_op);
+  struct worker *w = s4k_container_of (op, struct worker, accept_op);
   struct server *s = w->s;
   w->accept_busy = false;
   if (res < 0) {
@@ -417,7 +413,7 @@ static void
 on_wake (struct s4k_completion *op, int res)
 {
   (void) res;
-  struct worker *w = container_of (op, struct worker, wake_op);
+  struct worker *w = s4k_container_of (op, struct worker, wake_op);
   arm_wake (w);
   if (atomic_load (&w->stop_requested) && !w->stopping)
     begin_stop (w);
