@@ -30,6 +30,15 @@ start_server () {
   return 1
 }
 
+# stop_server: SIGTERM; a server still there after 30 s is hung (killed,
+# so the status is not 0).
+stop_server () {
+  kill "$pid"
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && { diag "the server hung at exit"; kill -9 "$pid"; }
+  wait "$pid"
+}
+
 # torture ARGS...: the client, killed if it hangs; sets $st.
 torture () {
   timeout 120 "$client" "$uri" "$@" | sed "s/^/# /"
@@ -41,14 +50,14 @@ for threads in 1 2; do
   start_server t$threads size=64M model=512e-xp --threads $threads \
     $(store_arg t$threads) || exit 1
   torture 512 4096 3584 256 $rounds 16
-  kill "$pid"; wait "$pid"; sst=$?
+  stop_server; sst=$?
   ok $st "512e-xp torture, $threads event-loop thread(s), ${SECT4K_STORE:-memory} store"
   ok $sst "server exited cleanly ($sst)"
   [ "$sst" = 0 ] || diag "$(tail -30 "$tmpdir/t$threads.log")"
 done
 start_server t3 size=16M logical=1024 physical=8192 $(store_arg t3) || exit 1
 torture 1024 8192 0 64 $((rounds / 5)) 8
-kill "$pid"; wait "$pid"; sst=$?
+stop_server; sst=$?
 ok $st "1k/8k torture"
 ok $sst "server exited cleanly ($sst)"
 done_testing
