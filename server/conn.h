@@ -105,8 +105,9 @@ struct conn {
 };
 
 /* Queues the greeting.  With a loop and an asynchronous device, reads,
- * writes and flushes will run on that loop (set c->wake too); with NULL,
- * inline.  Returns -1 on allocation failure. */
+ * writes, flushes, zeroes and trims finish on that loop (set c->wake
+ * too); with NULL, everything runs inline.  Returns -1 on allocation
+ * failure. */
 int conn_init (struct conn *c, const struct server_cfg *cfg, const char *name,
                struct s4k_loop *loop);
 void conn_free (struct conn *c);
