@@ -52,14 +52,18 @@ with Server("size=%d" % SIZE, "model=512e",
     a.connect_uri(srv.uri)
     b.connect_uri(srv.uri)
 
-    # A: dirty pages, not yet on disk.
     buf = nbd.Buffer.from_bytearray(bytearray(os.urandom(CHUNK)))
-    for off in range(0, SIZE, CHUNK):
-        a.aio_pwrite(buf, off)
-        while a.aio_in_flight() >= 8:
+
+    def dirty():
+        """A writes the whole device: dirty pages, not yet on disk."""
+        for off in range(0, SIZE, CHUNK):
+            a.aio_pwrite(buf, off)
+            while a.aio_in_flight() >= 8:
+                a.poll(-1)
+        while a.aio_in_flight():
             a.poll(-1)
-    while a.aio_in_flight():
-        a.poll(-1)
+
+    dirty()
 
     # What a read takes when nothing is in the way.
     lat = []
@@ -103,9 +107,22 @@ with Server("size=%d" % SIZE, "model=512e",
         ok(False, "B's reads were answered while A's flush was pending "
            "(B's first read waited %.0f ms, until the flush ended)"
            % ((flushed - t_first) * 1000))
-    a.shutdown()
     b.shutdown()
+
+    # SIGTERM while A's flush is in flight: the flush finishes, its reply
+    # is sent, then the server exits.
+    dirty()
+    cookie = a.aio_flush()
+    time.sleep(0.01)
     st = srv.stop()
+    try:
+        while not a.aio_command_completed(cookie):
+            a.poll(1000)
+        answered = True
+    except nbd.Error as e:
+        answered = False
+        diag("the flush: %s" % e)
+    ok(answered, "SIGTERM during a flush: the flush is answered with success")
     ok(st == 0, "server exited cleanly (%s)" % st)
     if st:
         diag(srv.log())
