@@ -3,6 +3,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -528,27 +529,19 @@ read_chunks (struct conn *c, size_t base, uint32_t len)
   c->out.len = base + w;
 }
 
+/* Finishes a read whose data the engine put after the reply header at
+ * c->reply_base: holes become hole chunks unless the client said DF. */
 static void
-cmd_read (struct conn *c)
+read_done (struct conn *c, int r)
 {
   const uint32_t len = c->length;
-  size_t base = c->out.len;
-  size_t hdr = c->structured ? 28 : 16;
-  if (c->structured && len == 0) {
-    uint8_t *p = out_grow (c, 20);
-    if (p)
-      chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, c->cookie, 0);
-    return;
-  }
-  uint8_t *p = out_grow (c, hdr + len);
-  if (!p)
-    return;
-  int r = s4k_read (c->cfg->dev, p + hdr, len, c->offset);
+  const size_t base = c->reply_base, hdr = c->structured ? 28 : 16;
   if (r) {
     c->out.len = base;
     reply_result (c, r, S4K_OP_READ);
     return;
   }
+  uint8_t *p = c->out.p + base;
   c->stats.bytes_read += len;
   if (!c->structured) {
     put32 (p, NBD_SIMPLE_REPLY_MAGIC);
@@ -568,6 +561,138 @@ cmd_read (struct conn *c)
                   c->cookie, 8 + len);
     put64 (p + 20, c->offset);
   }
+}
+
+static unsigned
+zero_flags (uint16_t f)
+{
+  return (f & NBD_CMD_FLAG_FUA ? S4K_FUA : 0) |
+         (f & NBD_CMD_FLAG_NO_HOLE ? 0 : S4K_MAY_TRIM) |
+         (f & NBD_CMD_FLAG_FAST_ZERO ? S4K_FAST_ZERO : 0);
+}
+
+/* The reply to the request in c (a read, write, flush, zero or trim)
+ * whose engine result is r: the same whether the engine answered inline
+ * or later. */
+static void
+cmd_done (struct conn *c, int r)
+{
+  switch (c->type) {
+  case NBD_CMD_READ:
+    read_done (c, r);
+    break;
+  case NBD_CMD_WRITE:
+    if (r == 0)
+      c->stats.bytes_written += c->length;
+    reply_result (c, r, S4K_OP_WRITE);
+    break;
+  case NBD_CMD_FLUSH:
+    reply_result (c, r, S4K_OP_FLUSH);
+    break;
+  case NBD_CMD_TRIM:
+    reply_result (c, r, S4K_OP_TRIM);
+    break;
+  default:
+    reply_result (c, r, S4K_OP_ZERO);
+    break;
+  }
+}
+
+/* The request in flight finished (on the loop's thread). */
+static void
+aio_done (void *opaque, int r)
+{
+  struct conn *c = opaque;
+  c->busy = false;
+  cmd_done (c, r);
+  conn_process (c);
+  c->wake (c);                  /* may free c: last */
+}
+
+static int
+zero_or_trim (struct conn *c)
+{
+  if (c->type == NBD_CMD_TRIM)
+    return s4k_trim (c->cfg->dev, c->length, c->offset,
+                     c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0);
+  return s4k_zero (c->cfg->dev, c->length, c->offset, zero_flags (c->flags));
+}
+
+/* Zero and trim have only blocking engine calls, whose sector locks may
+ * be held by requests in flight on this very loop: waiting for them here
+ * would stop the loop that must finish them.  So with an asynchronous
+ * store they run on a short-lived thread, and the result comes back
+ * through the loop's post like an aio completion. */
+static void *
+helper_main (void *arg)
+{
+  struct conn *c = arg;
+  c->helper_result = zero_or_trim (c);
+  c->loop->post (c->loop, &c->helper_done);
+  return NULL;
+}
+
+static void
+helper_done (struct s4k_completion *hc, int res)
+{
+  (void) res;
+  struct conn *c = s4k_container_of (hc, struct conn, helper_done);
+  pthread_join (c->helper, NULL);       /* it has posted: it only returns */
+  aio_done (c, c->helper_result);
+}
+
+/* Runs a read, write, flush, zero or trim.  With an asynchronous store
+ * it is in flight (busy) until aio_done; else inline.  A read's data goes
+ * straight into its reply, reserved in c->out. */
+static void
+run_cmd (struct conn *c)
+{
+  struct s4k_dev *dev = c->cfg->dev;
+  struct s4k_aio *a = c->aio;
+  int r;
+  switch (c->type) {
+  case NBD_CMD_READ: {
+    uint8_t *buf = c->out.p + c->reply_base + (c->structured ? 28 : 16);
+    r = a ? s4k_aio_read (a, buf, c->length, c->offset)
+          : s4k_read (dev, buf, c->length, c->offset);
+    break;
+  }
+  case NBD_CMD_WRITE: {
+    unsigned flags = c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0;
+    r = a ? s4k_aio_write (a, c->payload, c->length, c->offset, flags)
+          : s4k_write (dev, c->payload, c->length, c->offset, flags);
+    break;
+  }
+  case NBD_CMD_FLUSH:
+    r = a ? s4k_aio_flush (a) : s4k_flush (dev);
+    break;
+  default:
+    if (a) {
+      r = pthread_create (&c->helper, NULL, helper_main, c);
+      r = r ? -r : 1;
+    }
+    else
+      r = zero_or_trim (c);
+    break;
+  }
+  if (r == 1)
+    c->busy = true;
+  else
+    cmd_done (c, r);
+}
+
+static void
+cmd_read (struct conn *c)
+{
+  if (c->structured && c->length == 0) {
+    uint8_t *p = out_grow (c, 20);
+    if (p)
+      chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, c->cookie, 0);
+    return;
+  }
+  c->reply_base = c->out.len;
+  if (out_grow (c, (c->structured ? 28 : 16) + c->length))
+    run_cmd (c);
 }
 
 /* The payload buffer grows as the bytes arrive, so a client must send
@@ -590,16 +715,6 @@ grow_payload (struct conn *c, size_t need)
   }
   c->payload = p;
   c->payload_cap = cap;
-}
-
-static void
-cmd_write (struct conn *c)
-{
-  unsigned flags = c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0;
-  int r = s4k_write (c->cfg->dev, c->payload, c->length, c->offset, flags);
-  if (r == 0)
-    c->stats.bytes_written += c->length;
-  reply_result (c, r, S4K_OP_WRITE);
 }
 
 struct status_ctx {
@@ -711,14 +826,6 @@ check_request (struct conn *c, char *msg, size_t len)
   return 0;
 }
 
-static unsigned
-zero_flags (uint16_t f)
-{
-  return (f & NBD_CMD_FLAG_FUA ? S4K_FUA : 0) |
-         (f & NBD_CMD_FLAG_NO_HOLE ? 0 : S4K_MAY_TRIM) |
-         (f & NBD_CMD_FLAG_FAST_ZERO ? S4K_FAST_ZERO : 0);
-}
-
 /* A complete request header has been parsed. */
 static void
 handle_request (struct conn *c)
@@ -766,19 +873,12 @@ handle_request (struct conn *c)
     c->state = ST_DONE;
     break;
   case NBD_CMD_FLUSH:
-    reply_result (c, s4k_flush (dev), S4K_OP_FLUSH);
-    break;
   case NBD_CMD_TRIM:
-    reply_result (c, s4k_trim (dev, c->length, c->offset,
-                               c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0),
-                  S4K_OP_TRIM);
+  case NBD_CMD_WRITE_ZEROES:
+    run_cmd (c);
     break;
   case NBD_CMD_CACHE:
     reply_result (c, s4k_cache (dev, c->length, c->offset), S4K_OP_CACHE);
-    break;
-  case NBD_CMD_WRITE_ZEROES:
-    reply_result (c, s4k_zero (dev, c->length, c->offset,
-                               zero_flags (c->flags)), S4K_OP_ZERO);
     break;
   case NBD_CMD_BLOCK_STATUS:
     cmd_block_status (c);
@@ -789,18 +889,23 @@ handle_request (struct conn *c)
 /* ---- the state machine -------------------------------------------------- */
 
 int
-conn_init (struct conn *c, const struct server_cfg *cfg, const char *name)
+conn_init (struct conn *c, const struct server_cfg *cfg, const char *name,
+           struct s4k_loop *loop)
 {
   memset (c, 0, sizeof *c);
   c->cfg = cfg;
   c->name = name;
   c->state = ST_CLIENT_FLAGS;
   c->in = malloc (CONN_IN_SIZE);
-  if (!c->in)
-    return -1;
-  uint8_t *p = out_grow (c, 18);
-  if (!p) {
-    free (c->in);
+  uint8_t *p = c->in ? out_grow (c, 18) : NULL;
+  const bool async = loop && s4k_dev_async (cfg->dev);
+  if (p && async) {
+    c->aio = s4k_aio_new (cfg->dev, loop, aio_done, c);
+    c->loop = loop;
+    c->helper_done.fn = helper_done;
+  }
+  if (!p || (async && !c->aio)) {
+    conn_free (c);
     return -1;
   }
   put64 (p, NBD_MAGIC);
@@ -812,6 +917,9 @@ conn_init (struct conn *c, const struct server_cfg *cfg, const char *name)
 void
 conn_free (struct conn *c)
 {
+  if (c->aio)
+    s4k_aio_free (c->aio);
+  c->aio = NULL;
   free (c->in);
   free (c->payload);
   free (c->out.p);
@@ -862,7 +970,7 @@ conn_received (struct conn *c, size_t n)
 void
 conn_process (struct conn *c)
 {
-  while (c->state != ST_DONE && c->out.len < CONN_OUT_HIGH) {
+  while (c->state != ST_DONE && !c->busy && c->out.len < CONN_OUT_HIGH) {
     const uint8_t *in = c->in + c->in_head;
     size_t avail = c->in_tail - c->in_head;
 
@@ -943,7 +1051,7 @@ conn_process (struct conn *c)
       if (c->payload_have < c->length)
         goto need_more;
       c->state = ST_REQUEST;
-      cmd_write (c);
+      run_cmd (c);
       break;
     }
 

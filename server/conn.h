@@ -3,10 +3,16 @@
  * No sockets here: the event loop (loop.c) puts received bytes where
  * conn_recv_area says, calls conn_received, and sends what accumulates in
  * c->out.  The fuzzer (fuzz.c) drives the same code with arbitrary bytes.
- * Requests run on the engine synchronously, in order, inside conn_process. */
+ * Requests run in order.  With an asynchronous store (file=), reads,
+ * writes and flushes go through the engine's aio slot of the connection,
+ * zeroes and trims through a helper thread, one request at a time
+ * (c->busy), and finish on the event loop's thread; cache and block
+ * status, and everything with the memory store, run inline in
+ * conn_process. */
 #ifndef SECT4K_SERVER_CONN_H
 #define SECT4K_SERVER_CONN_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -81,10 +87,29 @@ struct conn {
 
   struct obuf out;                /* replies not yet handed to the socket */
   struct conn_stats stats;
+
+  /* Asynchronous store only (else NULL).  While busy, the read reply
+   * space in out (from reply_base) and the write payload belong to the
+   * engine: nothing is parsed, out is neither grown nor sent. */
+  struct s4k_aio *aio;
+  struct s4k_loop *loop;
+  bool busy;
+  size_t reply_base;
+  /* The thread running a zero or trim (see helper_main in conn.c). */
+  pthread_t helper;
+  int helper_result;
+  struct s4k_completion helper_done;
+  /* Set by the event loop: the request finished (reply in out, parsing
+   * resumed), so the connection can send and receive again. */
+  void (*wake) (struct conn *c);
 };
 
-/* Queues the greeting.  Returns -1 on allocation failure. */
-int conn_init (struct conn *c, const struct server_cfg *cfg, const char *name);
+/* Queues the greeting.  With a loop and an asynchronous device, reads,
+ * writes, flushes, zeroes and trims finish on that loop (set c->wake
+ * too); with NULL, everything runs inline.  Returns -1 on allocation
+ * failure. */
+int conn_init (struct conn *c, const struct server_cfg *cfg, const char *name,
+               struct s4k_loop *loop);
 void conn_free (struct conn *c);
 
 /* Where the next received bytes go; *len 0 means do not receive now
@@ -100,8 +125,8 @@ static inline bool conn_in_handshake (const struct conn *c)
 {
   return !c->transmission && c->state != ST_DONE;
 }
-/* No more input will be read: send what is in c->out (unless hangup),
- * then close. */
+/* No more input will be read: once no request is in flight, send what
+ * is in c->out (unless hangup), then close. */
 static inline bool conn_done (const struct conn *c)
 {
   return c->state == ST_DONE;

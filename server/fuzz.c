@@ -82,7 +82,7 @@ run (uint8_t mode, size_t piece_len, const uint8_t *data, size_t size)
   s4k_dev_describe (dev, scfg.description, sizeof scfg.description);
 
   struct conn c;
-  if (conn_init (&c, &scfg, "fuzz") == -1)
+  if (conn_init (&c, &scfg, "fuzz", NULL) == -1)
     abort ();
   /* What one reply round may hold: the backlog limit plus one read reply
    * or block status reply. */

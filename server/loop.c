@@ -1,6 +1,8 @@
 /* Event loops: a few threads, each with its own io_uring, each serving
- * many connections.  Accept, receive and send are ring operations; the
- * engine runs inline (conn_process), so no thread is tied to a request. */
+ * many connections.  Accept, receive and send are ring operations, and so
+ * is the file store's I/O (the engine queues it on the same ring); the
+ * memory store runs inline (conn_process).  No thread is tied to a
+ * request. */
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -24,19 +26,17 @@
 #define TICK_MS 100                 /* timeout checks */
 #define BIG_BUFFER (4u << 20)       /* output buffers above this are freed */
 
-enum op_kind { OP_ACCEPT, OP_WAKE, OP_RECV, OP_SEND };
-
-struct sconn;
-struct op {
-  enum op_kind kind;
-  struct sconn *sc;
-};
+/* Every ring operation's user data is the s4k_completion it embeds (the
+ * engine's convention, so its store I/O shares the ring);
+ * s4k_container_of finds the structure around it. */
+struct worker;
 
 /* A connection with its socket. */
 struct sconn {
   struct conn c;
+  struct worker *w;
   int fd;
-  struct op recv_op, send_op;
+  struct s4k_completion recv_op, send_op;
   bool recv_busy, send_busy;
   bool closing;                     /* shut down; freed once ops finish */
   struct obuf sending;              /* handed to the kernel */
@@ -51,9 +51,13 @@ struct worker {
   unsigned id;
   pthread_t thread;
   struct io_uring ring;
-  int wake_fd;                      /* eventfd: main thread asks to stop */
+  struct s4k_loop loop;             /* the ring as the engine sees it */
+  /* Completions posted to this loop (from any thread), newest first. */
+  _Atomic (struct s4k_completion *) posted;
+  atomic_bool stop_requested;       /* set by the main thread */
+  int wake_fd;                      /* eventfd: posts and stop requests */
   uint64_t wake_value;
-  struct op wake_op, accept_op;
+  struct s4k_completion wake_op, accept_op;
   bool accept_busy, accept_retry;
   bool stopping;
   uint64_t stop_deadline, next_tick;
@@ -62,6 +66,9 @@ struct worker {
   uint64_t accepted, refused;
   int init_error;                   /* set before the thread signals ready */
 };
+
+/* The worker whose thread this is (NULL on other threads). */
+static _Thread_local struct worker *current_worker;
 
 static pthread_mutex_t ready_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ready_cond = PTHREAD_COND_INITIALIZER;
@@ -108,8 +115,49 @@ arm_wake (struct worker *w)
   io_uring_sqe_set_data (sqe, &w->wake_op);
 }
 
+/* s4k_loop.post: any thread may call it.  A lock-free stack, so a
+ * thread releasing an engine lock never waits for this loop; the eventfd
+ * wakes the ring only when the caller is not the loop itself (which
+ * drains the stack before waiting). */
 static void
-cancel_op (struct worker *w, struct op *op)
+post (struct s4k_loop *loop, struct s4k_completion *c)
+{
+  struct worker *w = s4k_container_of (loop, struct worker, loop);
+  c->next = atomic_load_explicit (&w->posted, memory_order_relaxed);
+  while (!atomic_compare_exchange_weak_explicit (&w->posted, &c->next, c,
+                                                 memory_order_release,
+                                                 memory_order_relaxed))
+    ;
+  uint64_t one = 1;
+  if (current_worker != w && write (w->wake_fd, &one, sizeof one) != sizeof one)
+    log_msg ("eventfd write: %s", s4k_strerror (errno));
+}
+
+/* Runs what was posted, oldest first, until nothing is left (a
+ * completion may post more). */
+static void
+run_posted (struct worker *w)
+{
+  struct s4k_completion *c;
+  while ((c = atomic_exchange_explicit (&w->posted, NULL,
+                                        memory_order_acquire))) {
+    struct s4k_completion *fifo = NULL;
+    while (c) {
+      struct s4k_completion *next = c->next;
+      c->next = fifo;
+      fifo = c;
+      c = next;
+    }
+    while (fifo) {
+      c = fifo;
+      fifo = c->next;
+      c->fn (c, 0);
+    }
+  }
+}
+
+static void
+cancel_op (struct worker *w, struct s4k_completion *op)
 {
   struct io_uring_sqe *sqe = get_sqe (w);
   io_uring_prep_cancel (sqe, op, 0);
@@ -136,10 +184,12 @@ start_close (struct sconn *sc)
   }
 }
 
+/* A connection with a request in flight waits for it (the engine writes
+ * into its buffers), even when the client is gone. */
 static void
 free_if_idle (struct worker *w, struct sconn *sc)
 {
-  if (!sc->closing || sc->recv_busy || sc->send_busy)
+  if (!sc->closing || sc->recv_busy || sc->send_busy || sc->c.busy)
     return;
   if (w->s->cfg.verbose)
     log_msg ("%s: closed", sc->name);
@@ -168,7 +218,8 @@ kick (struct worker *w, struct sconn *sc)
     free_if_idle (w, sc);
     return;
   }
-  if (!sc->send_busy && c->out.len > 0) {
+  /* While busy, c->out holds the reply space the engine reads into. */
+  if (!sc->send_busy && !c->busy && c->out.len > 0) {
     struct obuf t = sc->sending;
     sc->sending = c->out;
     c->out = t;
@@ -191,15 +242,75 @@ kick (struct worker *w, struct sconn *sc)
       sc->recv_busy = true;
     }
   }
-  if (conn_done (c) && !sc->send_busy && c->out.len == 0)
+  if (conn_done (c) && !c->busy && !sc->send_busy && c->out.len == 0)
     start_close (sc);
   if (sc->closing)
     free_if_idle (w, sc);
 }
 
+/* conn.c's wake: its request in flight finished. */
 static void
-on_accept (struct worker *w, int res)
+conn_wake (struct conn *c)
 {
+  struct sconn *sc = s4k_container_of (c, struct sconn, c);
+  kick (sc->w, sc);
+}
+
+static void
+on_recv (struct s4k_completion *op, int res)
+{
+  struct sconn *sc = s4k_container_of (op, struct sconn, recv_op);
+  struct worker *w = sc->w;
+  sc->recv_busy = false;
+  if (res > 0 && !sc->closing)
+    conn_received (&sc->c, res);
+  else if (res == -ECANCELED && sc->c.stopping)
+    conn_process (&sc->c);      /* ends it: no partial request is served */
+  else if (!sc->closing) {
+    if (res < 0 && res != -ECONNRESET)
+      log_msg ("%s: receive: %s", sc->name, s4k_strerror (-res));
+    else if (w->s->cfg.verbose)
+      log_msg ("%s: the client closed the connection", sc->name);
+    start_close (sc);
+  }
+  kick (w, sc);
+}
+
+static void
+on_send (struct s4k_completion *op, int res)
+{
+  struct sconn *sc = s4k_container_of (op, struct sconn, send_op);
+  struct worker *w = sc->w;
+  sc->send_busy = false;
+  if (res < 0) {
+    if (!sc->closing && res != -EPIPE && res != -ECONNRESET)
+      log_msg ("%s: send: %s", sc->name, s4k_strerror (-res));
+    start_close (sc);
+    kick (w, sc);
+    return;
+  }
+  sc->sent += res;
+  if (sc->sent < sc->sending.len && !sc->closing) {
+    struct io_uring_sqe *sqe = get_sqe (w);
+    io_uring_prep_send (sqe, sc->fd, sc->sending.p + sc->sent,
+                        sc->sending.len - sc->sent, MSG_NOSIGNAL);
+    io_uring_sqe_set_data (sqe, &sc->send_op);
+    sc->send_busy = true;
+    return;
+  }
+  sc->sending.len = 0;
+  if (sc->sending.cap > BIG_BUFFER) {
+    free (sc->sending.p);
+    sc->sending = (struct obuf) { NULL, 0, 0 };
+  }
+  conn_process (&sc->c);        /* output had room again */
+  kick (w, sc);
+}
+
+static void
+on_accept (struct s4k_completion *op, int res)
+{
+  struct worker *w = s4k_container_of (op, struct worker, accept_op);
   struct server *s = w->s;
   w->accept_busy = false;
   if (res < 0) {
@@ -229,9 +340,10 @@ on_accept (struct worker *w, int res)
     close (fd);
     return;
   }
+  sc->w = w;
   sc->fd = fd;
-  sc->recv_op = (struct op) { OP_RECV, sc };
-  sc->send_op = (struct op) { OP_SEND, sc };
+  sc->recv_op.fn = on_recv;
+  sc->send_op.fn = on_send;
   sc->deadline = now_ms () + (uint64_t) s->handshake_timeout * 1000;
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
@@ -256,66 +368,20 @@ on_accept (struct worker *w, int res)
     snprintf (sc->name, sizeof sc->name, "unix#%u.%" PRIu64, w->id,
               w->accepted);
   w->accepted++;
-  if (conn_init (&sc->c, &s->cfg, sc->name) == -1) {
+  if (conn_init (&sc->c, &s->cfg, sc->name, &w->loop) == -1) {
     log_msg ("%s: out of memory", sc->name);
     close (fd);
     free (sc);
     atomic_fetch_sub (&s->connections, 1);
     return;
   }
+  sc->c.wake = conn_wake;
   if (s->cfg.verbose)
     log_msg ("%s: connected (worker %u)", sc->name, w->id);
   sc->next = w->conns;
   if (w->conns)
     w->conns->prev = sc;
   w->conns = sc;
-  kick (w, sc);
-}
-
-static void
-on_recv (struct worker *w, struct sconn *sc, int res)
-{
-  sc->recv_busy = false;
-  if (res > 0 && !sc->closing)
-    conn_received (&sc->c, res);
-  else if (res == -ECANCELED && sc->c.stopping)
-    conn_process (&sc->c);      /* ends it: no partial request is served */
-  else if (!sc->closing) {
-    if (res < 0 && res != -ECONNRESET)
-      log_msg ("%s: receive: %s", sc->name, s4k_strerror (-res));
-    else if (w->s->cfg.verbose)
-      log_msg ("%s: the client closed the connection", sc->name);
-    start_close (sc);
-  }
-  kick (w, sc);
-}
-
-static void
-on_send (struct worker *w, struct sconn *sc, int res)
-{
-  sc->send_busy = false;
-  if (res < 0) {
-    if (!sc->closing && res != -EPIPE && res != -ECONNRESET)
-      log_msg ("%s: send: %s", sc->name, s4k_strerror (-res));
-    start_close (sc);
-    kick (w, sc);
-    return;
-  }
-  sc->sent += res;
-  if (sc->sent < sc->sending.len && !sc->closing) {
-    struct io_uring_sqe *sqe = get_sqe (w);
-    io_uring_prep_send (sqe, sc->fd, sc->sending.p + sc->sent,
-                        sc->sending.len - sc->sent, MSG_NOSIGNAL);
-    io_uring_sqe_set_data (sqe, &sc->send_op);
-    sc->send_busy = true;
-    return;
-  }
-  sc->sending.len = 0;
-  if (sc->sending.cap > BIG_BUFFER) {
-    free (sc->sending.p);
-    sc->sending = (struct obuf) { NULL, 0, 0 };
-  }
-  conn_process (&sc->c);        /* output had room again */
   kick (w, sc);
 }
 
@@ -339,6 +405,18 @@ begin_stop (struct worker *w)
     }
     kick (w, sc);
   }
+}
+
+/* The eventfd fired: a post from another thread (run after this batch
+ * of completions) or the stop request. */
+static void
+on_wake (struct s4k_completion *op, int res)
+{
+  (void) res;
+  struct worker *w = s4k_container_of (op, struct worker, wake_op);
+  arm_wake (w);
+  if (atomic_load (&w->stop_requested) && !w->stopping)
+    begin_stop (w);
 }
 
 static void
@@ -393,6 +471,7 @@ worker_main (void *arg)
   if (r < 0)
     return NULL;
 
+  current_worker = w;
   arm_wake (w);
   arm_accept (w);
   while (!w->stopping || w->conns || w->accept_busy) {
@@ -405,19 +484,14 @@ worker_main (void *arg)
     }
     unsigned head, n = 0;
     io_uring_for_each_cqe (&w->ring, head, cqe) {
-      struct op *op = io_uring_cqe_get_data (cqe);
+      struct s4k_completion *op = io_uring_cqe_get_data (cqe);
       n++;
-      if (!op)
-        continue;               /* a cancel request */
-      switch (op->kind) {
-      case OP_ACCEPT: on_accept (w, cqe->res); break;
-      case OP_WAKE: if (!w->stopping) begin_stop (w); break;
-      case OP_RECV: on_recv (w, op->sc, cqe->res); break;
-      case OP_SEND: on_send (w, op->sc, cqe->res); break;
-      }
+      if (op)                   /* NULL: a cancel request */
+        op->fn (op, cqe->res);
     }
     io_uring_cq_advance (&w->ring, n);
     tick (w);
+    run_posted (w);
   }
   io_uring_queue_exit (&w->ring);
   return NULL;
@@ -443,8 +517,9 @@ serve (struct server *s)
     struct worker *w = &ws[started];
     w->s = s;
     w->id = started;
-    w->wake_op.kind = OP_WAKE;
-    w->accept_op.kind = OP_ACCEPT;
+    w->loop = (struct s4k_loop) { &w->ring, post };
+    w->wake_op.fn = on_wake;
+    w->accept_op.fn = on_accept;
     w->wake_fd = eventfd (0, EFD_CLOEXEC);
     if (w->wake_fd == -1 ||
         pthread_create (&w->thread, NULL, worker_main, w) != 0) {
@@ -472,16 +547,20 @@ serve (struct server *s)
              strsignal (sig));
   }
   uint64_t one = 1;
-  for (unsigned i = 0; i < started; i++)
+  for (unsigned i = 0; i < started; i++) {
+    atomic_store (&ws[i].stop_requested, true);
     if (write (ws[i].wake_fd, &one, sizeof one) != sizeof one)
       log_msg ("eventfd write: %s", s4k_strerror (errno));
+  }
   for (unsigned i = 0; i < started; i++) {
     pthread_join (ws[i].thread, NULL);
     add_stats (&s->stats, &ws[i].stats);
     s->accepted += ws[i].accepted;
     s->refused += ws[i].refused;
-    close (ws[i].wake_fd);
   }
+  /* Only now: a worker still running may post to (write) any other. */
+  for (unsigned i = 0; i < started; i++)
+    close (ws[i].wake_fd);
   free (ws);
   return ret;
 }

@@ -33,6 +33,10 @@ sanitizer_env () {
 # nbdkit with the sanitizer runtime the plugin build needs.
 nbdkit_san () { env $(sanitizer_env) nbdkit "$@"; }
 
+# SECT4K_STORE=file: the servers a test starts serve a new file under
+# $tmpdir (file store) instead of memory.  Usage: $(store_arg NAME).
+store_arg () { [ "${SECT4K_STORE:-memory}" != file ] || echo "file=$tmpdir/$1.img"; }
+
 tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/sect4k-test.XXXXXX")
 nbdkit_pids=
 cleanup () {

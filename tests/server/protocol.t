@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, skip_all, done_testing  # noqa: E402
+from tap import ok, skip, diag, skip_all, done_testing  # noqa: E402
 import srvlib  # noqa: E402
 from srvlib import Server, greet, send_opt, recv_opt_reply, go, request, recv_exact  # noqa: E402
 
@@ -35,6 +35,15 @@ def connect(uri, meta=True, structured=True, strict=True):
         h.set_strict_mode(0)
     h.connect_uri(uri)
     return h
+
+
+def ok_extents(cond, desc):
+    """Holes at physical granularity are the memory store's; a file's
+    follow its file system's blocks (SECT4K_STORE=file)."""
+    if srvlib.STORE == "file":
+        skip(desc, "the file store's holes follow the file system's blocks")
+    else:
+        ok(cond, desc)
 
 
 def nbd_errno(fn):
@@ -129,12 +138,12 @@ def main():
         h.block_status(65536, 0, lambda m, o, e, err: ents.extend(e) or 0)
         # 512e-xp: physical sectors start at 3584 + k*4096, so the write
         # of [4096, 12288) allocates the sectors covering [3584, 15872).
-        ok(ents == [3584, 3, 12288, 0, 65536 - 15872, 3],
+        ok_extents(ents == [3584, 3, 12288, 0, 65536 - 15872, 3],
            "block status: hole, data, hole at physical granularity (%s)" % ents)
         ents = []
         h.block_status(65536, 0, lambda m, o, e, err: ents.extend(e) or 0,
                        nbd.CMD_FLAG_REQ_ONE)
-        ok(ents == [3584, 3], "block status REQ_ONE: one extent (%s)" % ents)
+        ok_extents(ents == [3584, 3], "block status REQ_ONE: one extent (%s)" % ents)
         h.zero(4096, 4096, nbd.CMD_FLAG_NO_HOLE)
         ok(h.pread(4096, 4096) == bytes(4096), "write zeroes NO_HOLE")
         h.zero(4096, 8192, nbd.CMD_FLAG_FAST_ZERO | nbd.CMD_FLAG_FUA)
@@ -143,7 +152,7 @@ def main():
         h.trim(4096, 0, nbd.CMD_FLAG_FUA)
         ents = []
         h.block_status(8192, 0, lambda m, o, e, err: ents.extend(e) or 0)
-        ok(ents[:2] == [3584, 3],
+        ok_extents(ents[:2] == [3584, 3],
            "trim frees the whole physical sector [0, 3584) only (%s)" % ents)
         h.flush()
         h.cache(1 << 20, 0)

@@ -9,7 +9,8 @@ server=${SECT4K_SERVER:-$(dirname "$0")/../../sect4k-server}
 qio () { qemu-io -f raw "$uri" "$@" 2>&1; }
 clean () { [ "$1" = 0 ] && ! printf '%s' "$2" | grep -qiE 'error|fail|mismatch|pattern'; }
 
-"$server" --unix "$tmpdir/q.sock" size=16M model=4kn >"$tmpdir/q.log" 2>&1 &
+"$server" --unix "$tmpdir/q.sock" size=16M model=4kn $(store_arg q) \
+  >"$tmpdir/q.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do [ -S "$tmpdir/q.sock" ] && break; sleep 0.05; done
 uri="nbd+unix:///?socket=$tmpdir/q.sock"
@@ -31,7 +32,8 @@ ok $? "server exited cleanly"
 ok $? "the server saw no misaligned request"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$server" --listen 127.0.0.1:$port size=16M model=512e >"$tmpdir/t.log" 2>&1 &
+"$server" --listen 127.0.0.1:$port size=16M model=512e $(store_arg t) \
+  >"$tmpdir/t.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q serving "$tmpdir/t.log" && break; sleep 0.05; done
 uri="nbd://127.0.0.1:$port/"

@@ -34,11 +34,30 @@ def san_env():
     return {}
 
 
+# SECT4K_STORE=file runs a test's servers on the file store (a temporary
+# file of the size= asked for) instead of memory: the same checks then go
+# through the event loop's ring.
+STORE = os.environ.get("SECT4K_STORE", "memory")
+
+
+def parse_size(v):
+    """size= as the tests write it: digits with an optional k, M or G."""
+    digits = v.rstrip("kMG")
+    return int(digits) << {"": 0, "k": 10, "M": 20, "G": 30}[v[len(digits):]]
+
+
 class Server(ServerProcess):
     """sect4k-server on a Unix socket (or TCP with tcp=True)."""
 
     def __init__(self, *args, options=(), tcp=False, wait=True):
         self.dir = tempfile.mkdtemp(prefix="sect4k-srv.")
+        sizes = [a[5:] for a in args if a.startswith("size=")]
+        if STORE == "file" and sizes and \
+                not any(a.startswith("file=") for a in args):
+            img = os.path.join(self.dir, "disk.img")
+            with open(img, "wb") as f:          # -r needs it to exist
+                f.truncate(parse_size(sizes[-1]))
+            args += ("file=" + img,)
         self.sock = os.path.join(self.dir, "sock")
         self.logfile = os.path.join(self.dir, "log")
         self._log = ""
