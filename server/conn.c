@@ -3,7 +3,6 @@
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -609,38 +608,6 @@ aio_done (void *opaque, int r)
   c->wake (c);                  /* may free c: last */
 }
 
-static int
-zero_or_trim (struct conn *c)
-{
-  if (c->type == NBD_CMD_TRIM)
-    return s4k_trim (c->cfg->dev, c->length, c->offset,
-                     c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0);
-  return s4k_zero (c->cfg->dev, c->length, c->offset, zero_flags (c->flags));
-}
-
-/* Zero and trim have only blocking engine calls, whose sector locks may
- * be held by requests in flight on this very loop: waiting for them here
- * would stop the loop that must finish them.  So with an asynchronous
- * store they run on a short-lived thread, and the result comes back
- * through the loop's post like an aio completion. */
-static void *
-helper_main (void *arg)
-{
-  struct conn *c = arg;
-  c->helper_result = zero_or_trim (c);
-  c->loop->post (c->loop, &c->helper_done);
-  return NULL;
-}
-
-static void
-helper_done (struct s4k_completion *hc, int res)
-{
-  (void) res;
-  struct conn *c = s4k_container_of (hc, struct conn, helper_done);
-  pthread_join (c->helper, NULL);       /* it has posted: it only returns */
-  aio_done (c, c->helper_result);
-}
-
 /* Runs a read, write, flush, zero or trim.  With an asynchronous store
  * it is in flight (busy) until aio_done; else inline.  A read's data goes
  * straight into its reply, reserved in c->out. */
@@ -666,13 +633,15 @@ run_cmd (struct conn *c)
   case NBD_CMD_FLUSH:
     r = a ? s4k_aio_flush (a) : s4k_flush (dev);
     break;
-  default:
-    if (a) {
-      r = pthread_create (&c->helper, NULL, helper_main, c);
-      r = r ? -r : 1;
-    }
-    else
-      r = zero_or_trim (c);
+  case NBD_CMD_TRIM: {
+    unsigned flags = c->flags & NBD_CMD_FLAG_FUA ? S4K_FUA : 0;
+    r = a ? s4k_aio_trim (a, c->length, c->offset, flags)
+          : s4k_trim (dev, c->length, c->offset, flags);
+    break;
+  }
+  default:                      /* write zeroes */
+    r = a ? s4k_aio_zero (a, c->length, c->offset, zero_flags (c->flags))
+          : s4k_zero (dev, c->length, c->offset, zero_flags (c->flags));
     break;
   }
   if (r == 1)
@@ -901,8 +870,6 @@ conn_init (struct conn *c, const struct server_cfg *cfg, const char *name,
   const bool async = loop && s4k_dev_async (cfg->dev);
   if (p && async) {
     c->aio = s4k_aio_new (cfg->dev, loop, aio_done, c);
-    c->loop = loop;
-    c->helper_done.fn = helper_done;
   }
   if (!p || (async && !c->aio)) {
     conn_free (c);

@@ -4,15 +4,13 @@
  * conn_recv_area says, calls conn_received, and sends what accumulates in
  * c->out.  The fuzzer (fuzz.c) drives the same code with arbitrary bytes.
  * Requests run in order.  With an asynchronous store (file=), reads,
- * writes and flushes go through the engine's aio slot of the connection,
- * zeroes and trims through a helper thread, one request at a time
- * (c->busy), and finish on the event loop's thread; cache and block
- * status, and everything with the memory store, run inline in
- * conn_process. */
+ * writes, flushes, zeroes and trims go through the engine's aio slot of
+ * the connection, one request at a time (c->busy), and finish on the
+ * event loop's thread; cache and block status, and everything with the
+ * memory store, run inline in conn_process. */
 #ifndef SECT4K_SERVER_CONN_H
 #define SECT4K_SERVER_CONN_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -92,13 +90,8 @@ struct conn {
    * space in out (from reply_base) and the write payload belong to the
    * engine: nothing is parsed, out is neither grown nor sent. */
   struct s4k_aio *aio;
-  struct s4k_loop *loop;
   bool busy;
   size_t reply_base;
-  /* The thread running a zero or trim (see helper_main in conn.c). */
-  pthread_t helper;
-  int helper_result;
-  struct s4k_completion helper_done;
   /* Set by the event loop: the request finished (reply in out, parsing
    * resumed), so the connection can send and receive again. */
   void (*wake) (struct conn *c);

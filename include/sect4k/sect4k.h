@@ -300,7 +300,7 @@ struct s4k_aio *s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop,
 void s4k_aio_free (struct s4k_aio *a);
 /* Each returns 1 if the request is in flight: done (opaque, r) then runs
  * later on the loop's thread, and the buffer must stay as it is until
- * then.  Otherwise it returns the result (0 or -errno, as the synchronous
+ * then.  done is the engine's last use of the slot: it may free it.  Otherwise it returns the result (0 or -errno, as the synchronous
  * calls) and done is not called.  A request waiting for a sector lock
  * holds none, so requests of one thread never deadlock each other. */
 int s4k_aio_read (struct s4k_aio *a, void *buf, uint64_t len, uint64_t off);
