@@ -1016,8 +1016,9 @@ s4k_file_store_new (const struct s4k_config *c, uint64_t *size, char *err,
   snprintf (f->info, sizeof f->info, "file=%s: %s, %" PRIu64 " bytes, %s%s%s"
             ", %s, %s", c->file, f->blockdev ? "block device" : "regular file",
             f->size, f->uring ? (f->direct ? "io_uring"
-                                           : "io_uring (buffered writes and "
-                                             "page-cache hits: plain syscalls)")
+                                           : "io_uring (page-cache hits read at "
+                                             "once; buffered writes by pwritev2 "
+                                             "except from an event loop)")
                               : "pread/pwrite (", io_why,
             f->uring ? "" : ")", f->direct ? "O_DIRECT" : "buffered", ro_why);
   *size = f->size;

@@ -117,6 +117,30 @@ fs_tests () {
   check "$pfx: the file system's block size ($bsize) is at least $want" [ "${bsize:-0}" -ge "$want" ]
 }
 
+# srv_case PFX L P A KEYS...: sect4k-server serving KEYS to the kernel's
+# nbd driver through sect4k-attach: O_DIRECT I/O, then a file system.
+srv_case () {
+  pfx=$1 L=$2 P=$3 A=$4; shift 4
+  rm -f /tmp/srv.sock
+  sect4k-server --unix /tmp/srv.sock "$@" 2>/tmp/srv.log &
+  srv_pid=$!
+  i=0
+  while [ ! -S /tmp/srv.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/srv.sock' 2>&1)
+  dev=$(printf '%s\n' "$out" | head -n 1)
+  case "$dev" in
+    /dev/nbd*)
+      is "$pfx: logical_block_size $L" \
+        "$(cat "/sys/block/${dev#/dev/}/queue/logical_block_size")" "$L"
+      direct_io_tests "$pfx" "$dev" "$L" "$P" ""
+      fs_tests "$pfx" "$dev" "$L" "$P" "$A" "$L"
+      sect4k-attach --detach "$dev" >/dev/null 2>&1 ;;
+    *) nok "$pfx: sect4k-attach attached a device"; diag "$out" "$(cat /tmp/srv.log)" ;;
+  esac
+  kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null
+  check "$pfx: the server exited cleanly" test $? = 0
+}
+
 suite_nbd () {
   out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/none.sock' 2>&1)
   refused "sect4k-attach refuses without the nbd driver" $? "$out" "nbd driver is missing"
@@ -190,24 +214,15 @@ suite_nbd () {
   check "max-request=64K: the server refused nothing" sh -c '! grep -q refused /tmp/maxreq.log'
   sect4k-attach --detach "$dev" >/dev/null 2>&1
   stop_server
-  # The standalone server (no nbdkit) serves the kernel the same way.
+  # The standalone server (no nbdkit) serves the kernel the same way, from
+  # memory and from a file (whose I/O goes through the server's rings).
   if [ -x /opt/bin/sect4k-server ]; then
-    rm -f /tmp/srv.sock
-    sect4k-server --unix /tmp/srv.sock size=$SIZE model=4kn 2>/tmp/srv.log &
-    srv_pid=$!
-    i=0
-    while [ ! -S /tmp/srv.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/srv.sock' 2>&1)
-    dev=$(printf '%s\n' "$out" | head -n 1)
-    case "$dev" in
-      /dev/nbd*)
-        is "sect4k-server 4kn: logical_block_size 4096" \
-          "$(cat "/sys/block/${dev#/dev/}/queue/logical_block_size")" 4096
-        direct_io_tests "sect4k-server 4kn" "$dev" 4096 4096 ""
-        sect4k-attach --detach "$dev" >/dev/null 2>&1 ;;
-      *) nok "sect4k-server 4kn: sect4k-attach attached a device"; diag "$out" "$(cat /tmp/srv.log)" ;;
-    esac
-    kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null
+    srv_case "sect4k-server 4kn" 4096 4096 0 size=$SIZE model=4kn
+    srv_case "sect4k-server file 512e-xp" 512 4096 3584 \
+      file=/tmp/srv.img size=$SIZE model=512e-xp
+    check "sect4k-server file 512e-xp: the file store went through io_uring" \
+      grep -q "io_uring" /tmp/srv.log
+    rm -f /tmp/srv.img
   fi
   # nbdkit's memory plugin advertises no block sizes.
   start_server nosize memory 1M
