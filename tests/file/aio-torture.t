@@ -1,7 +1,8 @@
 #!/bin/bash
 # The engine's asynchronous requests over the file store, from two event
 # loops with many requests each (see tests/file/aio.c), buffered and
-# O_DIRECT, in a directory on the build's file system.
+# O_DIRECT (and the memory store, which answers at once), in a directory
+# on the build's file system.
 . "$(dirname "$0")/../lib.sh"
 prog=$SECT4K_BUILD/tests/file-aio
 [ -x "$prog" ] || skip_all "$prog is not built"
