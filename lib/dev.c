@@ -299,7 +299,7 @@ place (struct tally *t, const struct span *s)
 /* The store reads of a read request: whole sectors straight into the
  * client's buffer, cut ones into cut (2P: the head sector, then the
  * tail), since the store reads whole sectors only.  Returns how many. */
-static unsigned
+static inline __attribute__ ((always_inline)) unsigned
 read_pieces (const struct s4k_dev *d, char *buf, uint64_t off,
              const struct span *s, char *cut, struct s4k_io *io)
 {
@@ -317,7 +317,7 @@ read_pieces (const struct s4k_dev *d, char *buf, uint64_t off,
 }
 
 /* Copies the requested bytes of the cut sectors to the client's buffer. */
-static void
+static inline __attribute__ ((always_inline)) void
 read_cut_copy (const struct s4k_dev *d, char *buf, uint64_t len, uint64_t off,
                const struct span *s, const char *cut)
 {
@@ -334,7 +334,7 @@ read_cut_copy (const struct s4k_dev *d, char *buf, uint64_t len, uint64_t off,
 /* Checks a request and works out the physical sectors it touches and
  * locks (*s).  Returns 0 to go on, 1 if there is nothing to do, or the
  * -errno the request fails with. */
-static inline int
+static inline __attribute__ ((always_inline)) int
 plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
       unsigned flags, struct span *s, struct tally *t)
 {
@@ -400,7 +400,7 @@ struct rmw {
 };
 
 /* Lists the cut sectors to read first, into cut (2P: head, then tail). */
-static void
+static inline __attribute__ ((always_inline)) void
 rmw_reads (const struct s4k_dev *d, const struct span *s, char *cut,
            struct rmw *m, struct tally *t)
 {
@@ -423,7 +423,7 @@ rmw_reads (const struct s4k_dev *d, const struct span *s, char *cut,
 /* Merges data (or zeroes, when data is NULL) into the cut sectors read
  * and lists the writes.  A cut sector that a zero leaves all zero is
  * zeroed by the store instead, so zeroing keeps the store sparse. */
-static void
+static inline __attribute__ ((always_inline)) void
 rmw_merge (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
            const struct span *s, const char *op, struct rmw *m,
            struct tally *t)

@@ -95,8 +95,9 @@ piece_last (uint64_t pf, uint64_t last)
   return end < last ? end : last;
 }
 
-/* Records a held range; the caller has the stripe. */
-static void
+/* Records a held range; the caller has the stripe.  Inlined: this is
+ * on every request's path. */
+static inline __attribute__ ((always_inline)) void
 hold (struct stripe *s, uint64_t first, uint64_t last, bool shared)
 {
   if (s->n == s->cap) {
@@ -178,7 +179,8 @@ s4k_unlock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
                            atomic_load_explicit (&s->seq, memory_order_relaxed)
                            + 1, memory_order_relaxed);
     struct s4k_lock_waiter *q = s->queue;
-    s->queue = NULL;
+    if (q)
+      s->queue = NULL;
     stripe_release (s);
     if (atomic_load (&s->waiters))
       syscall (SYS_futex, &s->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
