@@ -398,6 +398,7 @@ chunk_header (uint8_t *p, uint16_t flags, uint16_t type, uint64_t cookie,
   put64 (p + 8, cookie);
   put32 (p + 16, len);
 }
+
 static void
 reply_simple (struct conn *c, const struct nbd_request *rq, uint32_t err)
 {
