@@ -129,7 +129,6 @@ struct conn {
   unsigned slots_used;            /* slots reserved or in the engine */
   uint64_t inflight_bytes;        /* read/write bytes of the used slots */
   uint64_t kept_bytes;            /* buffer bytes of the idle slots */
-  bool wait_slot;                 /* parsing stopped until a slot frees */
   /* Set by the event loop: a request finished (reply in out, parsing
    * resumed), so the connection can send and receive again. */
   void (*wake) (struct conn *c);
