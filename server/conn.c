@@ -709,8 +709,10 @@ aio_done (void *opaque, int r)
 
 /* Runs a read, write, flush, zero or trim: through slot s (in flight
  * until aio_done, unless the engine answers at once), or with s NULL
- * inline, a read's data going straight into its reply in c->out. */
-static void
+ * inline, a read's data going straight into its reply in c->out.
+ * Inlined: as a call it cost the memory store's 4k reads 1.5% more
+ * instructions (callgrind) than before the slots. */
+static inline __attribute__ ((always_inline)) void
 run_cmd (struct conn *c, struct slot *s)
 {
   struct s4k_dev *dev = c->cfg->dev;
