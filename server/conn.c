@@ -615,6 +615,22 @@ req_bytes (const struct nbd_request *rq)
 
 static void aio_done (void *opaque, int r);
 
+/* Slot buffers are page-aligned, so O_DIRECT (direct=true) reads and
+ * writes of whole sectors need no bounce buffer.  Returns a buffer of
+ * cap bytes starting with the first keep bytes of b->p (which it
+ * frees), or NULL (b unchanged). */
+static uint8_t *
+slot_buf_alloc (struct pbuf *b, size_t cap, size_t keep)
+{
+  void *p;
+  if (posix_memalign (&p, 4096, cap) != 0)
+    return NULL;
+  if (keep)
+    memcpy (p, b->p, keep);
+  free (b->p);
+  return p;
+}
+
 /* Reserves a slot for the request in c->req, with room for a read's
  * data.  NULL if the request must wait until a slot finishes (then
  * nothing changed), or after hanging up (out of memory).  It is admitted
@@ -642,13 +658,12 @@ slot_get (struct conn *c)
   }
   if (rq->type == NBD_CMD_READ && s->buf.cap < rq->length) {
     /* Its reply needs as much in c->out anyway. */
-    uint8_t *p = malloc (rq->length);
+    uint8_t *p = slot_buf_alloc (&s->buf, rq->length, 0);
     if (!p) {
       hang_up (c, "out of memory for a read");
       return NULL;
     }
     c->kept_bytes -= s->buf.cap;
-    free (s->buf.p);
     s->buf = (struct pbuf) { p, rq->length };
     c->kept_bytes += s->buf.cap;
   }
@@ -779,7 +794,8 @@ grow_payload (struct conn *c, size_t need)
     cap = need;
   if (cap > c->req.length)
     cap = c->req.length;
-  uint8_t *p = realloc (b->p, cap);
+  uint8_t *p = c->pay_slot ? slot_buf_alloc (b, cap, c->payload_have)
+                           : realloc (b->p, cap);
   if (!p) {
     hang_up (c, "out of memory for a write payload");
     return;
