@@ -656,18 +656,17 @@ slot_get (struct conn *c)
       return NULL;
     }
   }
+  c->kept_bytes -= s->buf.cap;
   if (rq->type == NBD_CMD_READ && s->buf.cap < rq->length) {
     /* Its reply needs as much in c->out anyway. */
     uint8_t *p = slot_buf_alloc (&s->buf, rq->length, 0);
     if (!p) {
+      c->kept_bytes += s->buf.cap;
       hang_up (c, "out of memory for a read");
       return NULL;
     }
-    c->kept_bytes -= s->buf.cap;
     s->buf = (struct pbuf) { p, rq->length };
-    c->kept_bytes += s->buf.cap;
   }
-  c->kept_bytes -= s->buf.cap;
   s->used = true;
   s->req = *rq;
   c->slots_used++;
