@@ -3,11 +3,12 @@
  * No sockets here: the event loop (loop.c) puts received bytes where
  * conn_recv_area says, calls conn_received, and sends what accumulates in
  * c->out.  The fuzzer (fuzz.c) drives the same code with arbitrary bytes.
- * Requests run in order.  With an asynchronous store (file=), reads,
- * writes, flushes, zeroes and trims go through the engine's aio slot of
- * the connection, one request at a time (c->busy), and finish on the
- * event loop's thread; cache and block status, and everything with the
- * memory store, run inline in conn_process. */
+ * With an asynchronous store (file=), reads, writes, flushes, zeroes and
+ * trims each take a request slot (its own engine aio, header copy and
+ * buffer): up to CONN_MAX_INFLIGHT of them run at once and finish on the
+ * event loop's thread, in any order (replies carry the cookie).  Cache,
+ * block status, refusals, and everything with the memory store run
+ * inline in conn_process, in order. */
 #ifndef SECT4K_SERVER_CONN_H
 #define SECT4K_SERVER_CONN_H
 
@@ -26,6 +27,13 @@
 #define CONN_MAX_EXTENTS  1024u      /* descriptors in one block status reply */
 /* Oversized writes are read and discarded up to this; beyond, hang up. */
 #define CONN_MAX_DISCARD  (128u << 20)
+/* Asynchronous store: requests in flight at once, and the read and write
+ * bytes they may hold (a single request may exceed it, alone). */
+#define CONN_MAX_INFLIGHT 16u
+#define CONN_INFLIGHT_BYTES (8u << 20)
+/* Slot buffers above this are freed after use, and so are those that
+ * would make the kept ones hold more than CONN_INFLIGHT_BYTES. */
+#define CONN_SLOT_KEEP    (1u << 20)
 
 /* Settings shared by every connection; read-only once serving. */
 struct server_cfg {
@@ -50,6 +58,32 @@ struct obuf {
   size_t len, cap;
 };
 
+/* A buffer that grows as bytes arrive (write payloads, slot data). */
+struct pbuf {
+  uint8_t *p;
+  size_t cap;
+};
+
+/* A request header as the client sent it. */
+struct nbd_request {
+  uint16_t flags, type;
+  uint64_t cookie, offset;
+  uint32_t length;
+};
+
+struct conn;
+
+/* One asynchronous request: reserved when its header is parsed (a write
+ * then receives its payload into buf), in the engine from submission
+ * until its done callback.  aio and buf are kept for reuse. */
+struct slot {
+  struct conn *c;
+  struct s4k_aio *aio;            /* created on first use */
+  struct nbd_request req;
+  struct pbuf buf;                /* write payload or read data */
+  bool used;                      /* reserved or in the engine */
+};
+
 enum conn_state {
   ST_CLIENT_FLAGS,      /* waiting for the 4-byte client flags */
   ST_OPTION,            /* waiting for an option header + data */
@@ -67,13 +101,14 @@ struct conn {
   uint8_t *in;                    /* CONN_IN_SIZE bytes */
   size_t in_head, in_tail;        /* unparsed bytes are in[head, tail) */
 
-  /* The request being received or discarded. */
-  uint16_t flags, type;
-  uint64_t cookie, offset;
-  uint32_t length;
+  /* The request being parsed, received or discarded. */
+  struct nbd_request req;
   uint32_t option;                /* option being discarded */
-  uint8_t *payload;               /* write payload, up to cfg->maximum */
-  size_t payload_cap, payload_have;
+  struct pbuf payload;            /* inline write payload, <= cfg->maximum */
+  struct pbuf *pay;               /* where this write's payload goes: payload
+                                     or its slot's buf */
+  struct slot *pay_slot;          /* that slot (NULL: inline) */
+  size_t payload_have;
   uint64_t discard;               /* bytes still to discard */
 
   bool transmission;              /* handshake finished */
@@ -86,15 +121,18 @@ struct conn {
   struct obuf out;                /* replies not yet handed to the socket */
   struct conn_stats stats;
 
-  /* Asynchronous store only (else NULL).  While busy, the read reply
-   * space in out (from reply_base) and the write payload belong to the
-   * engine: nothing is parsed, out is neither grown nor sent. */
-  struct s4k_aio *aio;
-  bool busy;
-  size_t reply_base;
-  /* Set by the event loop: the request finished (reply in out, parsing
+  /* Asynchronous store only (loop NULL: everything inline).  The engine
+   * only ever writes into slot buffers, never into out, so out may be
+   * handed to the socket at any time. */
+  struct s4k_loop *loop;
+  unsigned inflight;              /* slots in the engine (done pending) */
+  unsigned slots_used;            /* slots reserved or in the engine */
+  uint64_t inflight_bytes;        /* read/write bytes of the used slots */
+  uint64_t kept_bytes;            /* buffer bytes of the idle slots */
+  /* Set by the event loop: a request finished (reply in out, parsing
    * resumed), so the connection can send and receive again. */
   void (*wake) (struct conn *c);
+  struct slot slots[CONN_MAX_INFLIGHT];
 };
 
 /* Queues the greeting.  With a loop and an asynchronous device, reads,
@@ -113,13 +151,17 @@ void conn_recv_area (struct conn *c, uint8_t **p, size_t *len);
 void conn_received (struct conn *c, size_t n);
 /* Parses and runs what is complete (after output was drained). */
 void conn_process (struct conn *c);
+/* The socket is closing: parse and start nothing more (requests in
+ * flight still finish; free only once c->inflight is 0). */
+void conn_close (struct conn *c);
 
 static inline bool conn_in_handshake (const struct conn *c)
 {
   return !c->transmission && c->state != ST_DONE;
 }
-/* No more input will be read: once no request is in flight, send what
- * is in c->out (unless hangup), then close. */
+/* No more input will be read: once no request is in flight
+ * (c->inflight == 0), send what is in c->out (unless hangup), then
+ * close.  Slot buffers and aios are freed (conn_free) only then. */
 static inline bool conn_done (const struct conn *c)
 {
   return c->state == ST_DONE;

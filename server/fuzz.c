@@ -94,7 +94,7 @@ run (uint8_t mode, size_t piece_len, const uint8_t *data, size_t size)
     uint8_t *p;
     size_t len;
     CHECK (c.out.len <= out_bound);
-    CHECK (c.payload_cap <= scfg.maximum);
+    CHECK (c.payload.cap <= scfg.maximum);
     if (c.hangup)
       break;
     if (mode & 64 || round++ % 2)       /* the "socket" drains the output */

@@ -174,22 +174,24 @@ add_stats (struct conn_stats *to, const struct conn_stats *from)
   to->bytes_written += from->bytes_written;
 }
 
-/* Starts closing: the shutdown makes pending operations complete. */
+/* Starts closing: the shutdown makes pending operations complete, and
+ * the connection starts no new request. */
 static void
 start_close (struct sconn *sc)
 {
   if (!sc->closing) {
     sc->closing = true;
+    conn_close (&sc->c);
     shutdown (sc->fd, SHUT_RDWR);
   }
 }
 
-/* A connection with a request in flight waits for it (the engine writes
- * into its buffers), even when the client is gone. */
+/* A connection with requests in flight waits for all of them (the engine
+ * uses their slots), even when the client is gone. */
 static void
 free_if_idle (struct worker *w, struct sconn *sc)
 {
-  if (!sc->closing || sc->recv_busy || sc->send_busy || sc->c.busy)
+  if (!sc->closing || sc->recv_busy || sc->send_busy || sc->c.inflight)
     return;
   if (w->s->cfg.verbose)
     log_msg ("%s: closed", sc->name);
@@ -218,8 +220,9 @@ kick (struct worker *w, struct sconn *sc)
     free_if_idle (w, sc);
     return;
   }
-  /* While busy, c->out holds the reply space the engine reads into. */
-  if (!sc->send_busy && !c->busy && c->out.len > 0) {
+  /* The engine never writes into c->out (only into slot buffers), so it
+   * can go to the socket whatever is in flight. */
+  if (!sc->send_busy && c->out.len > 0) {
     struct obuf t = sc->sending;
     sc->sending = c->out;
     c->out = t;
@@ -242,13 +245,13 @@ kick (struct worker *w, struct sconn *sc)
       sc->recv_busy = true;
     }
   }
-  if (conn_done (c) && !c->busy && !sc->send_busy && c->out.len == 0)
+  if (conn_done (c) && !c->inflight && !sc->send_busy && c->out.len == 0)
     start_close (sc);
   if (sc->closing)
     free_if_idle (w, sc);
 }
 
-/* conn.c's wake: its request in flight finished. */
+/* conn.c's wake: one of its requests in flight finished. */
 static void
 conn_wake (struct conn *c)
 {

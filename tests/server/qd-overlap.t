@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""Requests of ONE connection overlap with the file store: with file=
+and one loop thread, a connection flushes ~128 MiB of dirty pages (an
+fdatasync that takes a while) and small reads sent on the SAME
+connection after the flush must be answered while the flush is still
+pending.  A server with one request in flight per connection answers
+them only after the flush.  Then NBD_CMD_DISC and SIGTERM arriving with
+many requests in flight: each of them is answered first."""
+import os
+import shutil
+import socket
+import struct
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tap import ok, skip, diag, skip_all, done_testing  # noqa: E402
+import srvlib  # noqa: E402
+from srvlib import Server, greet, go, request, recv_exact  # noqa: E402
+
+try:
+    import nbd
+except ImportError:
+    skip_all("python3-libnbd is not installed")
+srvlib.need_server()
+
+SIZE = 128 << 20
+CHUNK = 4 << 20
+
+img_dir = tempfile.mkdtemp(prefix="sect4k-qd.")
+with Server("size=%d" % SIZE, "model=512e",
+            "file=" + os.path.join(img_dir, "disk.img"),
+            options=["--threads", "1"]) as srv:
+    if "io_uring" not in srv.log():
+        skip_all("the file store runs without io_uring here: %s" % srv.log().strip())
+    h = nbd.NBD()
+    h.connect_uri(srv.uri)
+
+    # Dirty the whole device: pages in the cache, not yet on disk.
+    buf = nbd.Buffer.from_bytearray(bytearray(os.urandom(CHUNK)))
+
+    def dirty():
+        for off in range(0, SIZE, CHUNK):
+            h.aio_pwrite(buf, off)
+            while h.aio_in_flight() >= 8:
+                h.poll(-1)
+        while h.aio_in_flight():
+            h.poll(-1)
+
+    dirty()
+
+    # What a read takes when nothing is in the way.
+    lat = []
+    for i in range(20):
+        t = time.monotonic()
+        h.pread(4096, i * 4096)
+        lat.append(time.monotonic() - t)
+    read_time = max(lat)
+
+    flush = h.aio_flush()
+    t_flush = time.monotonic()
+    during = 0
+    t_first = None
+    flushed = None
+    rbuf = nbd.Buffer(4096)
+    deadline = time.monotonic() + 60
+    while flushed is None and time.monotonic() < deadline:
+        rc = h.aio_pread(rbuf, (during % 1000) * 4096)
+        if t_first is None:
+            t_first = time.monotonic()
+        while flushed is None and not h.aio_command_completed(rc):
+            h.poll(1000)
+            # Checked after the read: a tie (both replies in one poll)
+            # counts for the flush.
+            if h.aio_command_completed(flush):
+                flushed = time.monotonic()
+        if flushed is None:
+            during += 1
+    flush_ms = ((flushed or time.monotonic()) - t_flush) * 1000
+    diag("flush of %d MiB: %.0f ms; %d reads on the same connection "
+         "answered meanwhile (an idle read takes at most %.2f ms)"
+         % (SIZE >> 20, flush_ms, during, read_time * 1000))
+    if during:
+        ok(True, "reads answered while a flush of the same connection was "
+           "pending")
+    elif flushed is None:
+        ok(False, "the flush did not finish within 60 s")
+    elif flushed - t_first < 5 * read_time + 0.005:
+        skip("reads answered while a flush of the same connection was "
+             "pending", "the flush ended %.1f ms after the first read: the "
+             "storage is too fast to tell" % ((flushed - t_first) * 1000))
+    else:
+        ok(False, "reads answered while a flush of the same connection was "
+           "pending (the first read waited %.0f ms, until the flush ended)"
+           % ((flushed - t_first) * 1000))
+    while h.aio_in_flight():
+        h.poll(-1)
+
+    # NBD_CMD_DISC right behind a flush and 15 reads: all 16 are answered,
+    # then the server closes.
+    dirty()
+    s = srv.connect_raw()
+    greet(s)
+    go(s)
+    msg = struct.pack(">IHHQQI", 0x25609513, 0, 3, 1000, 0, 0)   # flush
+    msg += b"".join(struct.pack(">IHHQQI", 0x25609513, 0, 0, i, i << 20,
+                                4096) for i in range(15))
+    s.sendall(msg)
+    request(s, 2)                                   # disconnect
+    answered = set()
+    try:
+        while True:
+            hdr = s.recv(16, socket.MSG_WAITALL)
+            if not hdr:
+                break
+            magic, err, cookie = struct.unpack(">IIQ", hdr)
+            if magic != 0x67446698 or err:
+                break
+            if cookie < 15:
+                recv_exact(s, 4096)
+            answered.add(cookie)
+    except (OSError, EOFError) as e:
+        diag("after the disconnect: %s" % e)
+    s.close()
+    ok(answered == set(range(15)) | {1000},
+       "NBD_CMD_DISC behind 16 requests: all answered before the close "
+       "(%d of 16)" % len(answered))
+
+    # SIGTERM with a flush and 15 reads in flight on one connection: each
+    # is answered, then the server exits cleanly.
+    dirty()
+    rbufs = [nbd.Buffer(4096) for _ in range(15)]
+    cookies = [h.aio_flush()] + [h.aio_pread(b, i << 20)
+                                 for i, b in enumerate(rbufs)]
+    st = srv.stop()
+    results = []
+    for c in cookies:
+        try:
+            while not h.aio_command_completed(c):
+                h.poll(1000)
+            results.append("ok")
+        except nbd.Error as e:
+            results.append(e.errno or str(e))
+    ok(all(r in ("ok", "ESHUTDOWN") for r in results),
+       "SIGTERM with 16 requests in flight: each is answered (%s)"
+       % ", ".join(sorted(set(map(str, results)))))
+    ok(st == 0, "server exited cleanly (%s)" % st)
+    if st:
+        diag(srv.log())
+shutil.rmtree(img_dir)
+done_testing()
