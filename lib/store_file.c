@@ -59,7 +59,7 @@ struct file_store {
   size_t mem_align;             /* O_DIRECT buffer alignment (1: buffered) */
   _Atomic bool no_punch, no_zero_range, fast_zero;
   const char *zeroes;           /* ZERO_BUF_BYTES of read-only zeroes */
-  char info[512];
+  char info[1024];
 };
 
 /* ---- per-thread ring and bounce buffer -------------------------------- */

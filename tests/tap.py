@@ -36,6 +36,15 @@ def skip_all(why):
     sys.exit(0)
 
 
+def need_nbd():
+    """The libnbd Python module, or skip the whole test without it."""
+    try:
+        import nbd
+    except ImportError:
+        skip_all("python3-libnbd is not installed")
+    return nbd
+
+
 def done_testing():
     print("1..%d" % _n)
     sys.exit(1 if _failed else 0)

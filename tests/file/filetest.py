@@ -5,12 +5,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, skip_all, done_testing, Nbdkit  # noqa: E402,F401
+from tap import ok, diag, skip_all, done_testing, Nbdkit, need_nbd  # noqa: E402,F401
 
-try:
-    import nbd  # noqa: F401
-except ImportError:
-    skip_all("python3-libnbd is not installed")
+nbd = need_nbd()
 from nbdmodel import (connect, boundary, random_ops,  # noqa: E402,F401
                       check_extents, read_all)
 

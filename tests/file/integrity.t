@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from filetest import (ok, diag, done_testing, Nbdkit, nbd, data_dir,  # noqa: E402
+from filetest import (ok, done_testing, Nbdkit, nbd, data_dir,  # noqa: E402
                       connect, uring_fds, random_ops, check_extents, read_all)
 
 GEOMETRIES = [

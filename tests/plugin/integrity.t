@@ -10,12 +10,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, skip_all, done_testing, Nbdkit  # noqa: E402
+from tap import ok, done_testing, Nbdkit, need_nbd  # noqa: E402
 
-try:
-    import nbd
-except ImportError:
-    skip_all("python3-libnbd is not installed")
+nbd = need_nbd()
 from nbdmodel import connect, random_ops, read_all, check_extents  # noqa: E402
 
 GEOMETRIES = [

@@ -7,12 +7,9 @@ import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, skip_all, done_testing, Nbdkit, rss  # noqa: E402
+from tap import ok, skip_all, done_testing, Nbdkit, rss, need_nbd  # noqa: E402
 
-try:
-    import nbd
-except ImportError:
-    skip_all("python3-libnbd is not installed")
+nbd = need_nbd()
 if os.environ.get("SECT4K_SAN"):
     skip_all("RSS means nothing under a sanitizer")
 
@@ -38,7 +35,6 @@ def write_random(uri, size, block, total, seed):
 def main():
     with Nbdkit("size=10G", "model=512e") as srv:
         pid = srv.proc.pid
-        empty = rss(pid)
         h = nbd.NBD()
         h.connect_uri(srv.uri)
         h.pread(4096, 5 << 30)       # reading a hole allocates nothing

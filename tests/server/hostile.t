@@ -3,7 +3,6 @@
 stalled handshakes, too many connections, non-loopback addresses.  The
 server drops or refuses them, stays up, and does not grow its memory."""
 import os
-import socket
 import struct
 import subprocess
 import sys

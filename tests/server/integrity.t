@@ -12,14 +12,11 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, skip_all, done_testing, Nbdkit  # noqa: E402
+from tap import ok, diag, skip_all, done_testing, Nbdkit, need_nbd  # noqa: E402
 import srvlib  # noqa: E402
 from srvlib import Server  # noqa: E402
 
-try:
-    import nbd
-except ImportError:
-    skip_all("python3-libnbd is not installed")
+nbd = need_nbd()
 from nbdmodel import connect, read_all  # noqa: E402
 srvlib.need_server()
 if not os.path.exists(os.environ.get("SECT4K_PLUGIN", "")) or \

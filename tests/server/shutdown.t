@@ -9,14 +9,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, skip_all, done_testing  # noqa: E402
+from tap import ok, diag, done_testing, need_nbd  # noqa: E402
 import srvlib  # noqa: E402
 from srvlib import Server  # noqa: E402
 
-try:
-    import nbd
-except ImportError:
-    skip_all("python3-libnbd is not installed")
+nbd = need_nbd()
 srvlib.need_server()
 
 
