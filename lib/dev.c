@@ -525,13 +525,6 @@ modify_op (struct s4k_dev *d, const void *data, uint64_t len, uint64_t off,
 }
 
 static int
-trim_locked (struct s4k_dev *d, const struct span *s, unsigned flags)
-{
-  return d->store->ops->trim (d->store, s->mid_end - s->mid_start,
-                              s->mid_start, flags & S4K_FUA);
-}
-
-static int
 trim_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
          struct tally *t)
 {
@@ -540,7 +533,8 @@ trim_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
   if (r)
     return r == 1 ? 0 : r;
   s4k_lock (d->locks, s.lock_first, s.lock_last, false);
-  r = trim_locked (d, &s, flags);
+  r = d->store->ops->trim (d->store, s.mid_end - s.mid_start, s.mid_start,
+                           flags & S4K_FUA);
   s4k_unlock (d->locks, s.lock_first, s.lock_last, false);
   return r;
 }
@@ -653,10 +647,11 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
 
 /* A request runs as a sequence of stages, each either done at once or
  * waited for: a sector lock (woken through the loop's post) or store I/O
- * (completed from the loop's ring).  Zero and trim take their lock the
- * same way, then call the store synchronously (fallocate). */
+ * (completed from the loop's ring).  A zero that cuts into sectors reads
+ * them, has the store zero the whole ones, then writes the cut ones
+ * back, as write_locked does. */
 enum aio_stage {
-  AIO_START, AIO_LOCK, AIO_READ, AIO_RMW_READ, AIO_WRITE, AIO_LOCKED_SYNC,
+  AIO_START, AIO_LOCK, AIO_READ, AIO_RMW_READ, AIO_WRITE, AIO_ZERO, AIO_TRIM,
   AIO_FLUSH, AIO_DONE
 };
 
@@ -696,11 +691,15 @@ next_stage (const struct s4k_aio *a)
   case AIO_LOCK:
     if (a->op == S4K_OP_READ)
       return AIO_READ;
-    if (a->op != S4K_OP_WRITE)
-      return AIO_LOCKED_SYNC;
-    return a->s.head_cut || a->s.tail_cut ? AIO_RMW_READ : AIO_WRITE;
+    if (a->op == S4K_OP_TRIM)
+      return AIO_TRIM;
+    if (a->s.head_cut || a->s.tail_cut)
+      return AIO_RMW_READ;
+    return a->op == S4K_OP_WRITE ? AIO_WRITE : AIO_ZERO;
   case AIO_RMW_READ:
-    return AIO_WRITE;
+    return a->op == S4K_OP_WRITE ? AIO_WRITE : AIO_ZERO;
+  case AIO_ZERO:
+    return AIO_WRITE;           /* the cut sectors, if any */
   default:
     return AIO_DONE;
   }
@@ -734,7 +733,14 @@ start_stage (struct s4k_aio *a)
   case AIO_WRITE:
     q->kind = S4K_REQ_WRITE;
     q->fua = a->flags & S4K_FUA;
-    if (a->s.head_cut || a->s.tail_cut) {
+    if (a->op == S4K_OP_ZERO) {
+      /* rmw_merge (in AIO_ZERO) listed the cut sectors to write. */
+      if (!a->m.nwr)
+        return 0;
+      q->n = a->m.nwr;
+      memcpy (q->io, a->m.wr, sizeof a->m.wr);
+    }
+    else if (a->s.head_cut || a->s.tail_cut) {
       rmw_merge (d, a->buf, a->len, a->off, &a->s, "write", &a->m, &a->t);
       q->n = a->m.nwr;
       memcpy (q->io, a->m.wr, sizeof a->m.wr);
@@ -745,11 +751,24 @@ start_stage (struct s4k_aio *a)
       a->t.store_write_bytes = a->len;
     }
     break;
-  case AIO_LOCKED_SYNC:
-    if (a->op == S4K_OP_TRIM)
-      return trim_locked (d, &a->s, a->flags);
-    return write_locked (d, NULL, a->len, a->off, &a->s, a->flags, "zero",
-                         &a->t);
+  case AIO_ZERO:
+    rmw_merge (d, NULL, a->len, a->off, &a->s, "zero", &a->m, &a->t);
+    if (a->m.zero_start == a->m.zero_end)
+      return 0;
+    q->kind = S4K_REQ_ZERO;
+    q->fua = a->flags & S4K_FUA;
+    q->may_trim = a->flags & S4K_MAY_TRIM;
+    q->n = 1;
+    q->io[0] = (struct s4k_io) { NULL, a->m.zero_end - a->m.zero_start,
+                                 a->m.zero_start };
+    break;
+  case AIO_TRIM:
+    q->kind = S4K_REQ_TRIM;
+    q->fua = a->flags & S4K_FUA;
+    q->n = 1;
+    q->io[0] = (struct s4k_io) { NULL, a->s.mid_end - a->s.mid_start,
+                                 a->s.mid_start };
+    break;
   case AIO_FLUSH:
     q->kind = S4K_REQ_FLUSH;
     q->n = 0;
@@ -867,10 +886,8 @@ aio_begin (struct s4k_aio *a, enum s4k_op op, void *buf, uint64_t len,
       a->stage = AIO_DONE;
       return counted (d, op, len, off, r == 1 ? 0 : r, &a->t);
     }
-    /* Page-aligned, so O_DIRECT needs no bounce for the cut sectors
-     * (zeroes use the synchronous path's buffer). */
-    if ((op == S4K_OP_READ || op == S4K_OP_WRITE) &&
-        (a->s.head_cut || a->s.tail_cut) && !a->cut &&
+    /* Page-aligned, so O_DIRECT needs no bounce for the cut sectors. */
+    if ((a->s.head_cut || a->s.tail_cut) && !a->cut &&
         posix_memalign ((void **) &a->cut, 4096, 2 * (size_t) d->g.physical)) {
       a->cut = NULL;
       a->stage = AIO_DONE;

@@ -424,10 +424,39 @@ file_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
 
 /* ---- asynchronous requests, on a front end's ring --------------------- */
 
-static void piece_done (struct s4k_completion *c, int res);
+static bool
+unsupported (int e)
+{
+  return e == EOPNOTSUPP || e == ENOSYS;
+}
 
-/* Queues a piece (or the flush) on the loop's ring; the loop submits it
- * and hands the completion to piece_done. */
+static void piece_done (struct s4k_completion *c, int res);
+static int file_zero (struct s4k_store *s, uint64_t len, uint64_t off,
+                      bool may_trim, bool fua);
+static int file_trim (struct s4k_store *s, uint64_t len, uint64_t off,
+                      bool fua);
+
+static bool
+zero_or_trim (const struct s4k_store_req *q)
+{
+  return q->kind == S4K_REQ_ZERO || q->kind == S4K_REQ_TRIM;
+}
+
+/* The fallocate mode for a zero or trim on the ring, or 0 where only the
+ * synchronous path's fallbacks (zeroes written, discard) can do it. */
+static int
+falloc_mode (const struct file_store *f, const struct s4k_store_req *q)
+{
+  if ((q->kind == S4K_REQ_TRIM || q->may_trim) && !f->no_punch)
+    return FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+  if (q->kind == S4K_REQ_ZERO && !f->no_zero_range)
+    return FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE;
+  return 0;
+}
+
+/* Queues a piece on the loop's ring; the loop submits it and hands the
+ * completion to piece_done.  A flush, and the second piece of a zero or
+ * trim with FUA, is an fdatasync. */
 static void
 queue_piece (struct file_store *f, struct s4k_store_req *q, piece *p)
 {
@@ -437,12 +466,40 @@ queue_piece (struct file_store *f, struct s4k_store_req *q, piece *p)
     io_uring_submit (ring);     /* empties the submission queue */
     sqe = io_uring_get_sqe (ring);
   }
-  if (q->kind == S4K_REQ_FLUSH)
+  if (q->kind == S4K_REQ_FLUSH || (zero_or_trim (q) && p != q->piece))
     io_uring_prep_fsync (sqe, f->fd, IORING_FSYNC_DATASYNC);
+  else if (zero_or_trim (q))
+    io_uring_prep_fallocate (sqe, f->fd, falloc_mode (f, q), p->off, p->left);
   else
     prep_rw (sqe, f, q->kind == S4K_REQ_WRITE, p, q->fua);
   io_uring_sqe_set_data (sqe, &p->c);
   q->inflight++;
+}
+
+/* A zero's or trim's fallocate finished with res: 0 once done, 1 if an
+ * fdatasync (FUA) or another try was queued, or -errno.  What the file
+ * system does not support goes the synchronous way, whose fallbacks are
+ * remembered for the next time. */
+static int
+falloc_result (struct file_store *f, struct s4k_store_req *q, int res)
+{
+  if (res == -EINTR || res == -EAGAIN)
+    return 1;
+  if (unsupported (-res) || (res == -EINVAL && f->blockdev) ||
+      (res < 0 && q->kind == S4K_REQ_TRIM && f->blockdev)) {
+    struct s4k_store *s = &f->base;
+    const struct s4k_io *io = &q->io[0];
+    return q->kind == S4K_REQ_ZERO
+           ? file_zero (s, io->len, io->off, q->may_trim, q->fua)
+           : file_trim (s, io->len, io->off, q->fua);
+  }
+  if (res < 0)
+    return res;
+  if (q->fua) {
+    q->piece[1] = (piece) { .c.fn = piece_done, .req = q };
+    queue_piece (f, q, &q->piece[1]);
+  }
+  return 0;
 }
 
 static void
@@ -454,8 +511,13 @@ piece_done (struct s4k_completion *c, int res)
   int r;
 
   q->inflight--;
-  if (q->kind == S4K_REQ_FLUSH)
+  if (q->kind == S4K_REQ_FLUSH || (zero_or_trim (q) && p != q->piece))
     r = res == -EINTR || res == -EAGAIN ? 1 : res < 0 ? res : 0;
+  else if (zero_or_trim (q)) {
+    r = falloc_result (f, q, res);
+    if (r == 0 && q->inflight)
+      return;                   /* the FUA fdatasync follows */
+  }
   else
     r = piece_result (p, res, q->kind == S4K_REQ_WRITE);
   if (r < 0 && !q->err)
@@ -470,8 +532,9 @@ piece_done (struct s4k_completion *c, int res)
 }
 
 /* Reads what the page cache holds at once; everything else (cache
- * misses, writes, flushes) goes through the loop's ring, so a slow disk
- * holds up only the requests waiting for it.  Buffered writes too, though
+ * misses, writes, zeroes and trims by fallocate, flushes) goes through
+ * the loop's ring, so a slow disk holds up only the requests waiting for
+ * it.  Buffered writes too, though
  * on file systems without async buffered writes (ext4) the kernel runs
  * them on its worker threads: blocking the loop on a dirty-page throttle
  * would stall every connection it serves. */
@@ -484,10 +547,20 @@ file_submit (struct s4k_store *s, struct s4k_store_req *q)
   q->store = s;
   q->err = 0;
   q->inflight = 0;
-  if (write && f->readonly)
+  if ((write || zero_or_trim (q)) && f->readonly)
     return -EROFS;
   if (q->kind == S4K_REQ_FLUSH) {
     q->piece[0] = (piece) { .c.fn = piece_done, .req = q };
+    queue_piece (f, q, &q->piece[0]);
+    return 1;
+  }
+  if (zero_or_trim (q)) {
+    if (!falloc_mode (f, q))
+      return q->kind == S4K_REQ_ZERO
+             ? file_zero (s, q->io[0].len, q->io[0].off, q->may_trim, q->fua)
+             : file_trim (s, q->io[0].len, q->io[0].off, q->fua);
+    q->piece[0] = (piece) { .c.fn = piece_done, .req = q,
+                            .off = q->io[0].off, .left = q->io[0].len };
     queue_piece (f, q, &q->piece[0]);
     return 1;
   }
@@ -547,12 +620,6 @@ file_flush (struct s4k_store *s)
     if (errno != EINTR)
       return -errno;
   return 0;
-}
-
-static bool
-unsupported (int e)
-{
-  return e == EOPNOTSUPP || e == ENOSYS;
 }
 
 /* fallocate, or -errno. */

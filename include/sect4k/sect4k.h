@@ -158,14 +158,17 @@ struct s4k_loop {
 
 struct s4k_store;
 
-/* An asynchronous read, write or flush of whole physical sectors (stores
- * whose `async` is true).  The engine fills the first part; the rest is
- * the store's. */
+/* An asynchronous read, write, zero, trim or flush of whole physical
+ * sectors (stores whose `async` is true).  Zero and trim cover io[0]
+ * (buf NULL).  The engine fills the first part; the rest is the
+ * store's. */
 #define S4K_REQ_PIECES 3
 struct s4k_store_req {
   struct s4k_loop *loop;
-  enum { S4K_REQ_READ, S4K_REQ_WRITE, S4K_REQ_FLUSH } kind;
+  enum { S4K_REQ_READ, S4K_REQ_WRITE, S4K_REQ_ZERO, S4K_REQ_TRIM,
+         S4K_REQ_FLUSH } kind;
   bool fua;
+  bool may_trim;                   /* zero: may free the sectors */
   struct s4k_io io[S4K_REQ_PIECES];
   unsigned n;
   /* Called on the loop's thread once every piece has finished, unless
@@ -213,8 +216,8 @@ struct s4k_store_ops {
 };
 struct s4k_store {
   const struct s4k_store_ops *ops;
-  bool async;                      /* submit works: reads, writes and
-                                      flushes can go through a ring */
+  bool async;                      /* submit works: requests can go
+                                      through a ring */
 };
 
 struct s4k_store *s4k_mem_store_new (const struct s4k_geometry *g,
@@ -281,8 +284,8 @@ int s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
 
 /* ---- asynchronous requests (event-loop front ends) -------------------- */
 
-/* True if the store can run reads, writes and flushes through an event
- * loop's ring (the file store with io_uring).  Otherwise the synchronous
+/* True if the store can run requests through an event loop's ring (the
+ * file store with io_uring).  Otherwise the synchronous
  * calls above are all there is: they never wait on the disk. */
 bool s4k_dev_async (const struct s4k_dev *d);
 
@@ -306,8 +309,6 @@ void s4k_aio_free (struct s4k_aio *a);
 int s4k_aio_read (struct s4k_aio *a, void *buf, uint64_t len, uint64_t off);
 int s4k_aio_write (struct s4k_aio *a, const void *buf, uint64_t len,
                    uint64_t off, unsigned flags);
-/* Zero and trim wait for their lock here, then call the store
- * synchronously (fallocate). */
 int s4k_aio_zero (struct s4k_aio *a, uint64_t len, uint64_t off,
                   unsigned flags);
 int s4k_aio_trim (struct s4k_aio *a, uint64_t len, uint64_t off,

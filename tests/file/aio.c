@@ -9,7 +9,9 @@
  * a request that never completes fails.  The memory store, which has no
  * asynchronous I/O, must answer every request at once, correctly.
  *
- * usage: file-aio DIR [direct] */
+ * usage: file-aio DIR [direct] [DIR2]: buffered, and with direct O_DIRECT,
+ * in DIR; buffered again in DIR2 (tmpfs: no ZERO_RANGE, so zeroes take
+ * the synchronous fallback). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <liburing.h>
@@ -240,6 +242,86 @@ loop_main (void *arg)
   return NULL;
 }
 
+struct waiter {
+  bool done;
+  int r;
+};
+
+static void
+waiter_done (void *opaque, int r)
+{
+  struct waiter *w = opaque;
+  w->done = true;
+  w->r = r;
+}
+
+/* The result of a request started on lp's ring (r from s4k_aio_*),
+ * driving the ring from this thread until it finishes. */
+static int
+wait_aio (struct loop *lp, int r, struct waiter *w)
+{
+  while (r == 1 && !w->done) {
+    run_posted (lp);
+    struct io_uring_cqe *cqe;
+    struct __kernel_timespec ts = { 30, 0 };
+    if (io_uring_submit_and_wait_timeout (&lp->ring, &cqe, 1, &ts, NULL) ==
+        -ETIME)
+      bail ("a request did not finish in 30 s");
+    unsigned head, n = 0;
+    io_uring_for_each_cqe (&lp->ring, head, cqe) {
+      struct s4k_completion *c = io_uring_cqe_get_data (cqe);
+      n++;
+      c->fn (c, cqe->res);
+    }
+    io_uring_cq_advance (&lp->ring, n);
+  }
+  return r == 1 ? w->r : r;
+}
+
+/* Trims and zeroes through the ring, whole and cutting into sectors,
+ * with and without FUA and may-trim, against a model of the first
+ * 64 KiB (physical boundaries at 3584 + k * 4096). */
+static void
+trim_and_zero (struct loop *lp, const char *mode)
+{
+  const size_t n = 64 << 10;
+  unsigned char *model = malloc (n), *got = malloc (n);
+  struct waiter w;
+  struct s4k_aio *a = s4k_aio_new (dev, &lp->base, waiter_done, &w);
+  for (size_t i = 0; i < n; i++)
+    model[i] = 1 + i % 251;
+  if (!a || s4k_write (dev, model, n, 0, 0) != 0)
+    bail ("%s: cannot set up the trim and zero checks", mode);
+  static const struct {
+    bool trim;
+    uint64_t off, len;
+    unsigned flags;
+    uint64_t zs, ze;            /* what then reads as zeroes */
+  } ops[] = {
+    { true, 3584, 8192, S4K_FUA, 3584, 11776 },         /* whole sectors */
+    { true, 15360, 9728, 0, 15872, 24064 },             /* cut ends kept */
+    { false, 1024, 1024, S4K_FUA, 1024, 2048 },         /* RMW of sector 0 */
+    { false, 24064, 8704, S4K_MAY_TRIM, 24064, 32768 }, /* punch + RMW */
+    { false, 32768, 16896, 0, 32768, 49664 },           /* zero range + RMW */
+  };
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    w.done = false;
+    int r = ops[i].trim
+            ? s4k_aio_trim (a, ops[i].len, ops[i].off, ops[i].flags)
+            : s4k_aio_zero (a, ops[i].len, ops[i].off, ops[i].flags);
+    r = wait_aio (lp, r, &w);
+    memset (model + ops[i].zs, 0, ops[i].ze - ops[i].zs);
+    ok (r == 0 && s4k_read (dev, got, n, 0) == 0 && !memcmp (got, model, n),
+        "%s: %s of [%" PRIu64 ", +%" PRIu64 ")%s%s: the device reads as the "
+        "model (r=%d)", mode, ops[i].trim ? "trim" : "zero", ops[i].off,
+        ops[i].len, ops[i].flags & S4K_FUA ? ", FUA" : "",
+        ops[i].flags & S4K_MAY_TRIM ? ", may trim" : "", r);
+  }
+  s4k_aio_free (a);
+  free (model);
+  free (got);
+}
+
 /* mode: "buffered", "direct" (file store) or "memory". */
 static void
 run (const char *dir, const char *mode)
@@ -309,6 +391,8 @@ run (const char *dir, const char *mode)
   /* Every slot's sectors hold its last write, read synchronously. */
   unsigned char *all = malloc (SIZE);
   ok (s4k_read (dev, all, SIZE, 0) == 0, "%s: read back", mode);
+  if (!memory)
+    trim_and_zero (&loops[0], mode);
   unsigned bad = 0, errors = 0, posts = 0, remote = 0, deferred = 0;
   for (unsigned t = 0; t < THREADS; t++) {
     posts += loops[t].posts;
@@ -348,11 +432,13 @@ int
 main (int argc, char **argv)
 {
   if (argc < 2)
-    bail ("usage: file-aio DIR [direct]");
+    bail ("usage: file-aio DIR [direct] [DIR2]");
   run (argv[1], "memory");
   run (argv[1], "buffered");
-  if (argc > 2)
+  if (argc > 2 && strcmp (argv[2], "direct") == 0)
     run (argv[1], "direct");
+  if (argc > 3)
+    run (argv[3], "buffered, second directory");
   printf ("1..%u\n", tap_n);
   return tap_failed != 0;
 }
