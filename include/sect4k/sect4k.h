@@ -285,8 +285,9 @@ int s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
 /* ---- asynchronous requests (event-loop front ends) -------------------- */
 
 /* True if the store can run requests through an event loop's ring (the
- * file store with io_uring).  Otherwise the synchronous
- * calls above are all there is: they never wait on the disk. */
+ * file store with io_uring).  Otherwise (the memory store) the s4k_aio
+ * calls below answer at once through the synchronous ones, which never
+ * wait on a disk. */
 bool s4k_dev_async (const struct s4k_dev *d);
 
 /* A slot for one asynchronous request at a time, bound to one loop (and
@@ -303,7 +304,8 @@ struct s4k_aio *s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop,
 void s4k_aio_free (struct s4k_aio *a);
 /* Each returns 1 if the request is in flight: done (opaque, r) then runs
  * later on the loop's thread, and the buffer must stay as it is until
- * then.  done is the engine's last use of the slot: it may free it.  Otherwise it returns the result (0 or -errno, as the synchronous
+ * then; done is the engine's last use of the slot, so it may free it.
+ * Otherwise it returns the result (0 or -errno, as the synchronous
  * calls) and done is not called.  A request waiting for a sector lock
  * holds none, so requests of one thread never deadlock each other. */
 int s4k_aio_read (struct s4k_aio *a, void *buf, uint64_t len, uint64_t off);
