@@ -58,8 +58,8 @@ stripe_of (struct s4k_locks *l, uint64_t group)
   return &l->stripes[(group * 0x9E3779B97F4A7C15ull) >> (64 - 10)];
 }
 
-static void
-stripe_acquire (struct stripe *s)
+static void __attribute__ ((noinline))
+stripe_acquire_slow (struct stripe *s)
 {
   unsigned spins = 0;
   while (atomic_exchange_explicit (&s->busy, 1, memory_order_acquire))
@@ -68,6 +68,15 @@ stripe_acquire (struct stripe *s)
         sched_yield ();         /* the holder may have been preempted */
       else
         __builtin_ia32_pause ();
+}
+
+/* Inline for the common case, a free stripe. */
+static inline void
+stripe_acquire (struct stripe *s)
+{
+  if (__builtin_expect (atomic_exchange_explicit (&s->busy, 1,
+                                                  memory_order_acquire), 0))
+    stripe_acquire_slow (s);
 }
 
 static void
