@@ -8,3 +8,13 @@ bench: $(PLUGIN)
 	@scripts/bench/install-tools
 	python3 scripts/bench/bench.py --plugin $(PLUGIN) --out BENCHMARKS.md \
 	  --command 'make bench'
+
+# make bench-engine: the engine's instructions per request, no nbdkit
+# (callgrind; about 30 s).  Part of `make bench`.
+.PHONY: bench-engine
+bench: bench-engine
+bench-engine: $(B)/bench-engine
+	@scripts/install-deps valgrind
+	scripts/bench/engine-ir $(abspath $(B)/bench-engine)
+$(B)/bench-engine: scripts/bench/engine.c $(ENGINE_LIB)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
