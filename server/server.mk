@@ -22,7 +22,7 @@ $(SERVER): $(SERVER_OBJS) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(SERVER_OBJS) $(ENGINE_LIB) $(URING_LIBS)
 
 $(FUZZ_REPLAY): server/fuzz.c $(B)/server/conn.o $(ENGINE_LIB) $(SERVER_HDRS)
-	$(CC) $(CFLAGS_ALL) -DFUZZ_REPLAY_MAIN -o $@ server/fuzz.c \
+	$(CC) $(CFLAGS_ALL) $(URING_CFLAGS) -DFUZZ_REPLAY_MAIN -o $@ server/fuzz.c \
 	  $(B)/server/conn.o $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
 
 $(SERVER_MAN): server/sect4k-server.pod
