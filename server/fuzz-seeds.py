@@ -103,7 +103,7 @@ def main(outdir):
                     continue
                 if (piece or mode) and name == "bigwrite":
                     continue
-                if piece and name not in ("full", "qd", "pipeline"):
+                if piece and name not in ("full", "qd", "pipeline", "reads", "reads-simple"):
                     continue
                 if piece and mode not in (0, 4):
                     continue

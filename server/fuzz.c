@@ -58,6 +58,21 @@ fnv (uint64_t h, const uint8_t *p, size_t n)
   return h;
 }
 
+/* The same over whole 8-byte words (then the tail bytes): several times
+ * faster on the slot path's large read replies, and fine where the
+ * bytes hashed are always cut at the same places (whole replies). */
+static uint64_t
+fnv_words (uint64_t h, const uint8_t *p, size_t n)
+{
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t w;
+    memcpy (&w, p, 8);
+    h = (h ^ w) * UINT64_C(0x100000001b3);
+    h ^= h >> 29;
+  }
+  return fnv (h, p, n);
+}
+
 static inline uint16_t get16 (const uint8_t *p) { return (uint16_t) (p[0] << 8 | p[1]); }
 static inline uint32_t get32 (const uint8_t *p) { return (uint32_t) get16 (p) << 16 | get16 (p + 2); }
 static inline uint64_t get64 (const uint8_t *p) { return (uint64_t) get32 (p) << 32 | get32 (p + 4); }
@@ -362,7 +377,7 @@ structured_chunk (struct parser *ps, struct answer *a, const uint8_t *p,
     ps->rread = type == NBD_REPLY_TYPE_OFFSET_DATA ||
                 type == NBD_REPLY_TYPE_OFFSET_HOLE;
   }
-  ps->rfull = fnv (ps->rfull, p, len);
+  ps->rfull = fnv_words (ps->rfull, p, len);
   if (type == NBD_REPLY_TYPE_OFFSET_DATA && len >= 28)
     ps->rblind_len += len - 28;
   else if (type == NBD_REPLY_TYPE_OFFSET_HOLE && len >= 32)
@@ -402,7 +417,7 @@ parse (struct parser *ps, struct answer *a, bool at_end)
         break;
       n = 18;
       ps->greeted = true;
-      a->hs = fnv (a->hs, p, n);
+      a->hs = fnv_words (a->hs, p, n);
     }
     else if (!ps->tx) {
       if (avail < 8)
@@ -420,7 +435,7 @@ parse (struct parser *ps, struct answer *a, bool at_end)
           break;
         ps->tx = true;
       }
-      a->hs = fnv (a->hs, p, n);
+      a->hs = fnv_words (a->hs, p, n);
     }
     else if (ps->c->structured) {
       if (avail < 4)
@@ -455,13 +470,14 @@ parse (struct parser *ps, struct answer *a, bool at_end)
         ps->scan = off + (avail > 3 ? avail - 3 : 1);
         break;
       }
-      add_reply (a, fnv (FNV_INIT, p, n), 0);
+      add_reply (a, fnv_words (FNV_INIT, p, n), 0);
       a->tx_bytes += n;
     }
     off += n;
     ps->scan = off;
   }
   if (at_end && off < ps->len) {        /* a cut-off handshake reply */
+    CHECK (!ps->tx || !ps->c->structured);      /* not a cut-off chunk */
     a->hs = fnv (a->hs, ps->p + off, ps->len - off);
     off = ps->len;
   }
