@@ -48,6 +48,7 @@ fuzz-deps:
 fuzz: $(FUZZ_BIN)
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/crashes
 	$(FUZZ_BIN) -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=2048 \
+	  -max_len=131072 \
 	  -artifact_prefix=$(FUZZ_DIR)/crashes/ -dict=server/fuzz.dict \
 	  $(FUZZ_DIR)/corpus tests/server/corpus
 	@echo "fuzz: new crashes (if any) are in $(FUZZ_DIR)/crashes; copy them to tests/server/corpus/ once fixed"
