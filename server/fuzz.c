@@ -302,9 +302,10 @@ check_slots (const struct conn *c, uint32_t maximum)
  *   - what the connection counted (requests by type, errors, bytes read
  *     and written) must be the same: every complete request is answered
  *     once, and nothing but the content of the device is left to timing;
- *   - transmission replies are cut apart exactly (structured replies
- *     carry their lengths; simple replies have no data then, except
- *     reads, see below), each reply (a read's chunks up to the one with
+ *   - with structured replies negotiated, transmission replies are cut
+ *     apart exactly (chunks carry their lengths; the simple replies
+ *     among them carry no data, reads being answered in chunks), each
+ *     reply (a read's chunks up to the one with
  *     the DONE flag count as one) is hashed on its own, and the hashes
  *     are added up: a sum does not depend on the order, and two
  *     different multisets of replies give the same sum only by a 64-bit
