@@ -22,7 +22,7 @@ $(SERVER): $(SERVER_OBJS) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(SERVER_OBJS) $(ENGINE_LIB) $(URING_LIBS)
 
 $(FUZZ_REPLAY): server/fuzz.c $(B)/server/conn.o $(ENGINE_LIB) $(SERVER_HDRS)
-	$(CC) $(CFLAGS_ALL) -DFUZZ_REPLAY_MAIN -o $@ server/fuzz.c \
+	$(CC) $(CFLAGS_ALL) $(URING_CFLAGS) -DFUZZ_REPLAY_MAIN -o $@ server/fuzz.c \
 	  $(B)/server/conn.o $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
 
 $(SERVER_MAN): server/sect4k-server.pod
@@ -48,6 +48,7 @@ fuzz-deps:
 fuzz: $(FUZZ_BIN)
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/crashes
 	$(FUZZ_BIN) -max_total_time=$(FUZZ_TIME) -timeout=10 -rss_limit_mb=2048 \
+	  -max_len=131072 \
 	  -artifact_prefix=$(FUZZ_DIR)/crashes/ -dict=server/fuzz.dict \
 	  $(FUZZ_DIR)/corpus tests/server/corpus
 	@echo "fuzz: new crashes (if any) are in $(FUZZ_DIR)/crashes; copy them to tests/server/corpus/ once fixed"
