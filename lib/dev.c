@@ -256,22 +256,23 @@ struct span {
   uint64_t lock_first, lock_last;       /* the sectors the request locks */
 };
 
-static struct span
-span_of (const struct s4k_dev *d, uint64_t len, uint64_t off)
+/* Inline: on every request's path, and filled in place rather than
+ * returned by value. */
+static inline __attribute__ ((always_inline)) void
+span_of (const struct s4k_dev *d, uint64_t len, uint64_t off, struct span *s)
 {
-  struct span s;
   const uint64_t end = off + len;
-  s.first = s4k_sector_index (&d->g, off);
-  s.last = s4k_sector_index (&d->g, end - 1);
-  s4k_sector_range (&d->g, s.first, &s.head_start, &s.head_end);
-  s4k_sector_range (&d->g, s.last, &s.tail_start, &s.tail_end);
-  s.head_cut = off != s.head_start || (s.first == s.last && end != s.head_end);
-  s.tail_cut = s.first != s.last && end != s.tail_end;
-  s.mid_start = s.head_cut ? s.head_end : off;
-  s.mid_end = s.tail_cut ? s.tail_start : end;
-  if (s.mid_end < s.mid_start)          /* one cut sector, nothing whole */
-    s.mid_end = s.mid_start;
-  return s;
+  s->first = s4k_sector_index (&d->g, off);
+  s->last = s4k_sector_index (&d->g, end - 1);
+  s4k_sector_range (&d->g, s->first, &s->head_start, &s->head_end);
+  s4k_sector_range (&d->g, s->last, &s->tail_start, &s->tail_end);
+  s->head_cut = off != s->head_start ||
+                (s->first == s->last && end != s->head_end);
+  s->tail_cut = s->first != s->last && end != s->tail_end;
+  s->mid_start = s->head_cut ? s->head_end : off;
+  s->mid_end = s->tail_cut ? s->tail_start : end;
+  if (s->mid_end < s->mid_start)        /* one cut sector, nothing whole */
+    s->mid_end = s->mid_start;
 }
 
 static void
@@ -344,7 +345,7 @@ plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
   if (op == S4K_OP_ZERO && (flags & S4K_FAST_ZERO) &&
       !s4k_dev_can_fast_zero (d))
     return -ENOTSUP;
-  *s = span_of (d, len, off);
+  span_of (d, len, off, s);
   place (t, s);
   s->lock_first = s->first;
   s->lock_last = s->last;
@@ -628,7 +629,8 @@ extents_op (struct s4k_dev *d, uint64_t len, uint64_t off,
     return r;
   /* The store works in whole sectors, whose boundaries are multiples of
    * the logical size: runs come out at logical granularity. */
-  const struct span s = span_of (d, len, off);
+  struct span s;
+  span_of (d, len, off, &s);
   struct extent_clip c = { off, off + len, fn, opaque };
   return d->store->ops->extents (d->store, s.tail_end - s.head_start,
                                  s.head_start, clip_extent, &c);
