@@ -466,6 +466,11 @@ queue_piece (struct file_store *f, struct s4k_store_req *q, piece *p)
     io_uring_submit (ring);     /* empties the submission queue */
     sqe = io_uring_get_sqe (ring);
   }
+  if (!sqe) {
+    /* The kernel took none of a full queue: no way to go on. */
+    fputs ("sect4k: io_uring submission queue full\n", stderr);
+    abort ();
+  }
   if (q->kind == S4K_REQ_FLUSH || (zero_or_trim (q) && p != q->piece))
     io_uring_prep_fsync (sqe, f->fd, IORING_FSYNC_DATASYNC);
   else if (zero_or_trim (q))
@@ -534,10 +539,10 @@ piece_done (struct s4k_completion *c, int res)
 /* Reads what the page cache holds at once; everything else (cache
  * misses, writes, zeroes and trims by fallocate, flushes) goes through
  * the loop's ring, so a slow disk holds up only the requests waiting for
- * it.  Buffered writes too, though
- * on file systems without async buffered writes (ext4) the kernel runs
- * them on its worker threads: blocking the loop on a dirty-page throttle
- * would stall every connection it serves. */
+ * it.  Buffered writes too, though on file systems without async
+ * buffered writes (ext4) the kernel runs them on its worker threads:
+ * blocking the loop on a dirty-page throttle would stall every
+ * connection it serves. */
 static int
 file_submit (struct s4k_store *s, struct s4k_store_req *q)
 {
