@@ -100,6 +100,7 @@ loop_post (struct s4k_loop *l, struct s4k_completion *c)
   struct fuzz_loop *fl = s4k_container_of (l, struct fuzz_loop, base);
   c->next = fl->posted;
   fl->posted = c;
+  loop_posts++;
 }
 
 /* Runs what was posted, oldest first, until nothing is left (a
@@ -108,20 +109,9 @@ static void
 run_posted (struct fuzz_loop *fl)
 {
   while (fl->posted) {
-    struct s4k_completion *c = fl->posted, *fifo = NULL;
+    struct s4k_completion *c = fl->posted;
     fl->posted = NULL;
-    while (c) {
-      struct s4k_completion *next = c->next;
-      c->next = fifo;
-      fifo = c;
-      c = next;
-    }
-    while (fifo) {
-      c = fifo;
-      fifo = c->next;
-      loop_posts++;
-      c->fn (c, 0);
-    }
+    s4k_loop_run_posted (c);
   }
 }
 
@@ -152,14 +142,7 @@ drive (struct fuzz_loop *fl, struct conn *c)
                s4k_strerror (-r));
       abort ();
     }
-    while (io_uring_peek_cqe (&fl->ring, &cqe) == 0) {
-      struct s4k_completion *op = io_uring_cqe_get_data (cqe);
-      int res = cqe->res;
-      io_uring_cqe_seen (&fl->ring, cqe);
-      loop_cqes++;
-      if (op)
-        op->fn (op, res);
-    }
+    loop_cqes += s4k_loop_reap (&fl->ring);
   }
 }
 

@@ -140,20 +140,8 @@ run_posted (struct worker *w)
 {
   struct s4k_completion *c;
   while ((c = atomic_exchange_explicit (&w->posted, NULL,
-                                        memory_order_acquire))) {
-    struct s4k_completion *fifo = NULL;
-    while (c) {
-      struct s4k_completion *next = c->next;
-      c->next = fifo;
-      fifo = c;
-      c = next;
-    }
-    while (fifo) {
-      c = fifo;
-      fifo = c->next;
-      c->fn (c, 0);
-    }
-  }
+                                        memory_order_acquire)))
+    s4k_loop_run_posted (c);
 }
 
 static void
@@ -485,14 +473,7 @@ worker_main (void *arg)
       log_msg ("io_uring_submit_and_wait: %s", s4k_strerror (-r));
       abort ();
     }
-    unsigned head, n = 0;
-    io_uring_for_each_cqe (&w->ring, head, cqe) {
-      struct s4k_completion *op = io_uring_cqe_get_data (cqe);
-      n++;
-      if (op)                   /* NULL: a cancel request */
-        op->fn (op, cqe->res);
-    }
-    io_uring_cq_advance (&w->ring, n);
+    s4k_loop_reap (&w->ring);   /* cancel requests carry NULL */
     tick (w);
     run_posted (w);
   }

@@ -156,6 +156,13 @@ struct s4k_loop {
   void (*post) (struct s4k_loop *loop, struct s4k_completion *c);
 };
 
+/* Hands every completion the ring holds to its s4k_completion (skipping
+ * user data NULL) and marks them seen; returns how many there were. */
+unsigned s4k_loop_reap (struct io_uring *ring);
+/* Runs a post queue kept as a stack (newest first, linked by next)
+ * oldest first: c->fn (c, 0) each. */
+void s4k_loop_run_posted (struct s4k_completion *newest);
+
 struct s4k_store;
 
 /* An asynchronous read, write, zero, trim or flush of whole physical

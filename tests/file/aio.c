@@ -197,21 +197,12 @@ run_posted (struct loop *lp)
 {
   for (;;) {
     pthread_mutex_lock (&lp->lock);
-    struct s4k_completion *c = lp->posted, *rev = NULL;
+    struct s4k_completion *c = lp->posted;
     lp->posted = NULL;
     pthread_mutex_unlock (&lp->lock);
     if (!c)
       return;
-    while (c) {                 /* oldest first */
-      struct s4k_completion *next = c->next;
-      c->next = rev;
-      rev = c;
-      c = next;
-    }
-    for (; rev; rev = c) {
-      c = rev->next;
-      rev->fn (rev, 0);
-    }
+    s4k_loop_run_posted (c);
   }
 }
 
@@ -231,13 +222,7 @@ loop_main (void *arg)
       return "no progress for 30 s: a request never completed";
     if (r < 0 && r != -EINTR)
       return "io_uring_submit_and_wait failed";
-    unsigned head, n = 0;
-    io_uring_for_each_cqe (&lp->ring, head, cqe) {
-      struct s4k_completion *c = io_uring_cqe_get_data (cqe);
-      n++;
-      c->fn (c, cqe->res);
-    }
-    io_uring_cq_advance (&lp->ring, n);
+    s4k_loop_reap (&lp->ring);
   }
   return NULL;
 }
@@ -267,13 +252,7 @@ wait_aio (struct loop *lp, int r, struct waiter *w)
     if (io_uring_submit_and_wait_timeout (&lp->ring, &cqe, 1, &ts, NULL) ==
         -ETIME)
       bail ("a request did not finish in 30 s");
-    unsigned head, n = 0;
-    io_uring_for_each_cqe (&lp->ring, head, cqe) {
-      struct s4k_completion *c = io_uring_cqe_get_data (cqe);
-      n++;
-      c->fn (c, cqe->res);
-    }
-    io_uring_cq_advance (&lp->ring, n);
+    s4k_loop_reap (&lp->ring);
   }
   return r == 1 ? w->r : r;
 }
