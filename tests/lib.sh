@@ -38,13 +38,46 @@ nbdkit_san () { env $(sanitizer_env) nbdkit "$@"; }
 store_arg () { [ "${SECT4K_STORE:-memory}" != file ] || echo "file=$tmpdir/$1.img"; }
 
 tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/sect4k-test.XXXXXX")
-nbdkit_pids=
+nbdkit_pids= server_pids=
 cleanup () {
-  for p in $nbdkit_pids; do kill "$p" 2>/dev/null; done
+  for p in $nbdkit_pids $server_pids; do kill "$p" 2>/dev/null; done
   sleep 0.1
   rm -rf "$tmpdir"
 }
 trap cleanup EXIT INT TERM
+
+# need_server: skips the test unless sect4k-server is built; sets $server.
+need_server () {
+  server=${SECT4K_SERVER:-$(dirname "$0")/../../sect4k-server}
+  [ -x "$server" ] || skip_all "$server is not built"
+}
+
+# start_server NAME ARGS...: sect4k-server on $tmpdir/NAME.sock, logging
+# to $tmpdir/NAME.log; sets $sock, $pid, $uri.
+start_server () {
+  name=$1; shift
+  sock=$tmpdir/$name.sock
+  "$server" --unix "$sock" "$@" >"$tmpdir/$name.log" 2>&1 &
+  pid=$!
+  server_pids="$server_pids $pid"
+  uri="nbd+unix:///?socket=$sock"
+  for _ in $(seq 100); do
+    [ -S "$sock" ] && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  diag "$(cat "$tmpdir/$name.log")"
+  return 1
+}
+
+# stop_server: SIGTERM; a server still there after 30 s is hung (killed,
+# so the status is not 0).
+stop_server () {
+  kill "$pid"
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && { diag "the server hung at exit"; kill -9 "$pid"; }
+  wait "$pid"
+}
 
 # start_nbdkit NAME [nbdkit options and plugin keys...]: serves the plugin
 # on $tmpdir/NAME.sock, logs to $tmpdir/NAME.log; sets $sock, $pid, $uri.

@@ -4,8 +4,7 @@
 # keys; the magic size works; the defaults match the plugin's.
 . "$(dirname "$0")/../lib.sh"
 need nbdinfo
-server=${SECT4K_SERVER:-$(dirname "$0")/../../sect4k-server}
-[ -x "$server" ] || skip_all "$server is not built"
+need_server
 
 # bad EXPECTED-SUBSTRING ARGS...: exit 1, one line, naming the problem.
 bad () {

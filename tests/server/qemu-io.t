@@ -3,17 +3,12 @@
 # aligns to the minimum itself, over a Unix socket and over TCP.
 . "$(dirname "$0")/../lib.sh"
 need qemu-io
-server=${SECT4K_SERVER:-$(dirname "$0")/../../sect4k-server}
-[ -x "$server" ] || skip_all "$server is not built"
+need_server
 
 qio () { qemu-io -f raw "$uri" "$@" 2>&1; }
 clean () { [ "$1" = 0 ] && ! printf '%s' "$2" | grep -qiE 'error|fail|mismatch|pattern'; }
 
-"$server" --unix "$tmpdir/q.sock" size=16M model=4kn $(store_arg q) \
-  >"$tmpdir/q.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do [ -S "$tmpdir/q.sock" ] && break; sleep 0.05; done
-uri="nbd+unix:///?socket=$tmpdir/q.sock"
+start_server q size=16M model=4kn $(store_arg q) || exit 1
 out=$(qio -c 'discard 0 16384' -c 'write -P 0xab 512 1000' -c 'write -P 0xcd 8191 2' \
           -c 'read -P 0 0 512' -c 'read -P 0xab 512 1000' \
           -c 'read -P 0 1512 6679' -c 'read -P 0xcd 8191 2' \
@@ -26,7 +21,7 @@ ok $? "qemu-io on 4kn: unaligned writes (qemu's RMW), zeroes, discard, flush"
 out=$(qemu-img map --output=json -f raw "$uri" 2>&1)
 printf '%s' "$out" | grep -q '"data": false' && printf '%s' "$out" | grep -q '"data": true'
 ok $? "qemu-img map sees data and holes through base:allocation"
-kill $pid; wait $pid
+stop_server
 ok $? "server exited cleanly"
 ! grep -q refused "$tmpdir/q.log"
 ok $? "the server saw no misaligned request"

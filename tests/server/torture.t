@@ -7,37 +7,11 @@
 # the same sector locks asynchronously: a blocking wait would deadlock, so
 # a hang is a failure, not a stuck test.
 . "$(dirname "$0")/../lib.sh"
-server=${SECT4K_SERVER:-$(dirname "$0")/../../sect4k-server}
-[ -x "$server" ] || skip_all "$server is not built"
+need_server
 client=$SECT4K_BUILD/tests/client-torture
 [ -x "$client" ] || skip_all "$client is not built"
 rounds=100
 [ "${SECT4K_SAN:-}" = tsan ] && rounds=10   # TSan is ~10x slower
-
-# start_server NAME ARGS...: sets $sock, $pid, $uri.
-start_server () {
-  name=$1; shift
-  sock=$tmpdir/$name.sock
-  "$server" --unix "$sock" "$@" >"$tmpdir/$name.log" 2>&1 &
-  pid=$!
-  uri="nbd+unix:///?socket=$sock"
-  for _ in $(seq 100); do
-    [ -S "$sock" ] && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  diag "$(cat "$tmpdir/$name.log")"
-  return 1
-}
-
-# stop_server: SIGTERM; a server still there after 30 s is hung (killed,
-# so the status is not 0).
-stop_server () {
-  kill "$pid"
-  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$pid" 2>/dev/null && { diag "the server hung at exit"; kill -9 "$pid"; }
-  wait "$pid"
-}
 
 # torture ARGS...: the client, killed if it hangs; sets $st.
 torture () {
