@@ -659,7 +659,6 @@ enum aio_stage {
 
 struct s4k_aio {
   struct s4k_dev *d;
-  struct s4k_loop *loop;
   s4k_aio_done_fn *done;
   void *opaque;
   /* The request in flight. */
@@ -827,7 +826,7 @@ static void
 aio_lock_woken (struct s4k_lock_waiter *w)
 {
   struct s4k_aio *a = s4k_container_of (w, struct s4k_aio, waiter);
-  a->loop->post (a->loop, &a->retry);
+  a->req.loop->post (a->req.loop, &a->retry);
 }
 
 static void
@@ -848,7 +847,6 @@ s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop, s4k_aio_done_fn *done,
   if (!a)
     return NULL;
   a->d = d;
-  a->loop = loop;
   a->done = done;
   a->opaque = opaque;
   a->stage = AIO_DONE;
@@ -888,8 +886,9 @@ aio_begin (struct s4k_aio *a, enum s4k_op op, void *buf, uint64_t len,
       a->stage = AIO_DONE;
       return counted (d, op, len, off, r == 1 ? 0 : r, &a->t);
     }
-    /* Page-aligned, so O_DIRECT needs no bounce for the cut sectors. */
-    if ((a->s.head_cut || a->s.tail_cut) && !a->cut &&
+    /* Page-aligned, so O_DIRECT needs no bounce for the cut sectors
+     * (which a trim leaves alone). */
+    if (op != S4K_OP_TRIM && (a->s.head_cut || a->s.tail_cut) && !a->cut &&
         posix_memalign ((void **) &a->cut, 4096, 2 * (size_t) d->g.physical)) {
       a->cut = NULL;
       a->stage = AIO_DONE;

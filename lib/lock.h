@@ -5,9 +5,9 @@
  * whose spinlock is held only while the stripe's list of held ranges is
  * updated, never during I/O; a request that must wait sleeps on a futex
  * (or, from an event loop, queues itself to be woken: s4k_trylock).
- * Ranges are taken group by group in ascending order, so requests cannot deadlock.  Shared holders (reads)
- * may overlap each other; exclusive holders (writes, zeroes, trims, RMW)
- * overlap nothing. */
+ * Ranges are taken group by group in ascending order, so requests cannot
+ * deadlock.  Shared holders (reads) may overlap each other; exclusive
+ * holders (writes, zeroes, trims, RMW) overlap nothing. */
 #ifndef S4K_LOCK_H
 #define S4K_LOCK_H
 

@@ -779,13 +779,21 @@ run_cmd (struct conn *c, struct slot *s)
     slot_done (c, s, r);
 }
 
+/* Where the write being received goes: its slot's buffer, or the inline
+ * payload buffer. */
+static inline struct pbuf *
+pay_buf (struct conn *c)
+{
+  return c->pay_slot ? &c->pay_slot->buf : &c->payload;
+}
+
 /* The payload buffer grows as the bytes arrive, so a client must send
  * data to make us hold it; never beyond the request (<= the maximum). */
 #define PAYLOAD_STEP (256u * 1024)
 static void
 grow_payload (struct conn *c, size_t need)
 {
-  struct pbuf *b = c->pay;
+  struct pbuf *b = pay_buf (c);
   if (b->cap >= need)
     return;
   size_t cap = b->cap * 2;
@@ -984,7 +992,6 @@ handle_request (struct conn *c)
       run_cmd (c, s);
     break;
   case NBD_CMD_WRITE:
-    c->pay = s ? &s->buf : &c->payload;
     c->pay_slot = s;
     c->payload_have = 0;
     c->state = ST_PAYLOAD;
@@ -1021,7 +1028,6 @@ conn_init (struct conn *c, const struct server_cfg *cfg, const char *name,
   c->cfg = cfg;
   c->name = name;
   c->state = ST_CLIENT_FLAGS;
-  c->pay = &c->payload;
   if (loop && s4k_dev_async (cfg->dev))
     c->loop = loop;             /* slots' aios are created on first use */
   c->in = malloc (CONN_IN_SIZE);
@@ -1068,15 +1074,16 @@ conn_recv_area (struct conn *c, uint8_t **p, size_t *len)
     return;
   if (c->state == ST_PAYLOAD && c->in_head == c->in_tail) {
     /* Straight into the payload buffer: no copy for large writes. */
-    if (c->payload_have == c->pay->cap)
+    if (c->payload_have == pay_buf (c)->cap)
       grow_payload (c, c->payload_have + 1);
     if (c->hangup)
       return;
     /* The buffer may be larger than this request: never receive past
      * its end, the next request follows. */
-    size_t room = c->pay->cap < c->req.length ? c->pay->cap : c->req.length;
+    const struct pbuf *b = pay_buf (c);
+    size_t room = b->cap < c->req.length ? b->cap : c->req.length;
     c->recv_payload = true;
-    *p = c->pay->p + c->payload_have;
+    *p = b->p + c->payload_have;
     *len = room - c->payload_have;
     return;
   }
@@ -1179,7 +1186,7 @@ conn_process (struct conn *c)
       if (c->hangup)
         return;
       if (n)
-        memcpy (c->pay->p + c->payload_have, in, n);
+        memcpy (pay_buf (c)->p + c->payload_have, in, n);
       c->payload_have += n;
       c->in_head += n;
       if (c->payload_have < c->req.length)

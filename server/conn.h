@@ -105,9 +105,8 @@ struct conn {
   struct nbd_request req;
   uint32_t option;                /* option being discarded */
   struct pbuf payload;            /* inline write payload, <= cfg->maximum */
-  struct pbuf *pay;               /* where this write's payload goes: payload
-                                     or its slot's buf */
-  struct slot *pay_slot;          /* that slot (NULL: inline) */
+  struct slot *pay_slot;          /* the slot whose buf takes this write's
+                                     payload (NULL: payload, inline) */
   size_t payload_have;
   uint64_t discard;               /* bytes still to discard */
 

@@ -197,6 +197,17 @@ free_if_idle (struct worker *w, struct sconn *sc)
   atomic_fetch_sub (&w->s->connections, 1);
 }
 
+/* Sends what of sc->sending the kernel has not taken yet. */
+static void
+send_rest (struct worker *w, struct sconn *sc)
+{
+  struct io_uring_sqe *sqe = get_sqe (w);
+  io_uring_prep_send (sqe, sc->fd, sc->sending.p + sc->sent,
+                      sc->sending.len - sc->sent, MSG_NOSIGNAL);
+  io_uring_sqe_set_data (sqe, &sc->send_op);
+  sc->send_busy = true;
+}
+
 /* Starts whatever I/O the connection can do now. */
 static void
 kick (struct worker *w, struct sconn *sc)
@@ -216,11 +227,7 @@ kick (struct worker *w, struct sconn *sc)
     c->out = t;
     c->out.len = 0;
     sc->sent = 0;
-    struct io_uring_sqe *sqe = get_sqe (w);
-    io_uring_prep_send (sqe, sc->fd, sc->sending.p, sc->sending.len,
-                        MSG_NOSIGNAL);
-    io_uring_sqe_set_data (sqe, &sc->send_op);
-    sc->send_busy = true;
+    send_rest (w, sc);
   }
   if (!sc->recv_busy && !conn_done (c)) {
     uint8_t *p;
@@ -282,11 +289,7 @@ on_send (struct s4k_completion *op, int res)
   }
   sc->sent += res;
   if (sc->sent < sc->sending.len && !sc->closing) {
-    struct io_uring_sqe *sqe = get_sqe (w);
-    io_uring_prep_send (sqe, sc->fd, sc->sending.p + sc->sent,
-                        sc->sending.len - sc->sent, MSG_NOSIGNAL);
-    io_uring_sqe_set_data (sqe, &sc->send_op);
-    sc->send_busy = true;
+    send_rest (w, sc);
     return;
   }
   sc->sending.len = 0;
