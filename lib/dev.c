@@ -734,23 +734,19 @@ start_stage (struct s4k_aio *a)
   case AIO_WRITE:
     q->kind = S4K_REQ_WRITE;
     q->fua = a->flags & S4K_FUA;
-    if (a->op == S4K_OP_ZERO) {
-      /* rmw_merge (in AIO_ZERO) listed the cut sectors to write. */
-      if (!a->m.nwr)
-        return 0;
-      q->n = a->m.nwr;
-      memcpy (q->io, a->m.wr, sizeof a->m.wr);
-    }
-    else if (a->s.head_cut || a->s.tail_cut) {
-      rmw_merge (d, a->buf, a->len, a->off, &a->s, "write", &a->m, &a->t);
-      q->n = a->m.nwr;
-      memcpy (q->io, a->m.wr, sizeof a->m.wr);
-    }
-    else {
+    if (a->op == S4K_OP_WRITE && !a->s.head_cut && !a->s.tail_cut) {
       q->n = 1;
       q->io[0] = (struct s4k_io) { a->buf, a->len, a->off };
       a->t.store_write_bytes = a->len;
+      break;
     }
+    /* A zero's cut sectors were merged in AIO_ZERO. */
+    if (a->op == S4K_OP_WRITE)
+      rmw_merge (d, a->buf, a->len, a->off, &a->s, "write", &a->m, &a->t);
+    if (!a->m.nwr)
+      return 0;
+    q->n = a->m.nwr;
+    memcpy (q->io, a->m.wr, sizeof a->m.wr);
     break;
   case AIO_ZERO:
     rmw_merge (d, NULL, a->len, a->off, &a->s, "zero", &a->m, &a->t);
