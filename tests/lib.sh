@@ -52,6 +52,17 @@ need_server () {
   [ -x "$server" ] || skip_all "$server is not built"
 }
 
+# wait_started TEST...: waits up to 5 s for TEST to succeed while the
+# server $pid runs; fails at once if it exits.
+wait_started () {
+  for _ in $(seq 100); do
+    "$@" && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
 # start_server NAME ARGS...: sect4k-server on $tmpdir/NAME.sock, logging
 # to $tmpdir/NAME.log; sets $sock, $pid, $uri.
 start_server () {
@@ -61,13 +72,7 @@ start_server () {
   pid=$!
   server_pids="$server_pids $pid"
   uri="nbd+unix:///?socket=$sock"
-  for _ in $(seq 100); do
-    [ -S "$sock" ] && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  diag "$(cat "$tmpdir/$name.log")"
-  return 1
+  wait_started test -S "$sock" || { diag "$(cat "$tmpdir/$name.log")"; return 1; }
 }
 
 # stop_server: SIGTERM; a server still there after 30 s is hung (killed,
@@ -90,11 +95,7 @@ start_nbdkit () {
   pid=$!
   nbdkit_pids="$nbdkit_pids $pid"
   uri="nbd+unix:///?socket=$sock"
-  for _ in $(seq 100); do
-    [ -s "$tmpdir/$name.pid" ] && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
+  wait_started test -s "$tmpdir/$name.pid" && return 0
   diag "nbdkit $* did not start:"; diag "$(cat "$tmpdir/$name.log")"
   return 1
 }
