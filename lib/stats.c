@@ -12,10 +12,9 @@ const char *const s4k_op_names[S4K_NOPS] = {
 
 /* Mirrors struct s4k_op_stats; only its owning thread writes it. */
 struct op_counters {
-  _Atomic uint64_t requests, bytes, errors;
-  _Atomic uint64_t aligned_physical, aligned_logical, unaligned, refused;
-  _Atomic uint64_t rmw_sectors, rmw_read_bytes, store_write_bytes;
-  _Atomic uint64_t sectors_touched, extra_sectors;
+#define FIELD(name, description) _Atomic uint64_t name;
+  S4K_OP_COUNTERS (FIELD)
+#undef FIELD
   _Atomic uint64_t size_hist[S4K_SIZE_BUCKETS];
   _Atomic uint64_t offset_hist[S4K_OFFSET_BUCKETS];
 };
@@ -123,19 +122,18 @@ stats_sum (struct stats_state *st, struct s4k_stats *out)
   out->offset_bucket = st->offset_bucket;
   out->offset_buckets = st->offset_buckets;
 #define SUM(f) o->f += atomic_load_explicit (&c->f, memory_order_relaxed)
+#define SUM_COUNTER(name, description) SUM (name);
   for (struct stats_block *b = atomic_load (&st->blocks); b; b = b->next)
     for (unsigned i = 0; i < S4K_NOPS; i++) {
       struct s4k_op_stats *o = &out->op[i];
       const struct op_counters *c = &b->op[i];
-      SUM (requests); SUM (bytes); SUM (errors);
-      SUM (aligned_physical); SUM (aligned_logical); SUM (unaligned);
-      SUM (refused); SUM (rmw_sectors); SUM (rmw_read_bytes);
-      SUM (store_write_bytes); SUM (sectors_touched); SUM (extra_sectors);
+      S4K_OP_COUNTERS (SUM_COUNTER)
       for (unsigned k = 0; k < S4K_SIZE_BUCKETS; k++)
         SUM (size_hist[k]);
       for (unsigned k = 0; k < S4K_OFFSET_BUCKETS; k++)
         SUM (offset_hist[k]);
     }
+#undef SUM_COUNTER
 #undef SUM
 }
 

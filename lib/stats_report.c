@@ -70,18 +70,13 @@ s4k_stats_write_json (const struct s4k_dev *d, FILE *fp)
   fprintf (fp, "  \"ops\": {\n");
   for (unsigned i = 0; i < S4K_NOPS; i++) {
     const struct s4k_op_stats *o = &s.op[i];
-    fprintf (fp, "    \"%s\": {\"requests\": %" PRIu64 ", \"bytes\": %" PRIu64
-             ", \"errors\": %" PRIu64 ", \"aligned_physical\": %" PRIu64
-             ", \"aligned_logical\": %" PRIu64 ", \"unaligned\": %" PRIu64
-             ", \"refused\": %" PRIu64 ", \"rmw_sectors\": %" PRIu64
-             ", \"rmw_read_bytes\": %" PRIu64
-             ", \"store_write_bytes\": %" PRIu64
-             ", \"sectors_touched\": %" PRIu64
-             ", \"extra_sectors\": %" PRIu64 ",\n      \"size_hist\": ",
-             s4k_op_names[i], o->requests, o->bytes, o->errors,
-             o->aligned_physical, o->aligned_logical, o->unaligned,
-             o->refused, o->rmw_sectors, o->rmw_read_bytes,
-             o->store_write_bytes, o->sectors_touched, o->extra_sectors);
+    const char *sep = "";
+    fprintf (fp, "    \"%s\": {", s4k_op_names[i]);
+#define COUNTER(name, description)                                          \
+    fprintf (fp, "%s\"" #name "\": %" PRIu64, sep, o->name), sep = ", ";
+    S4K_OP_COUNTERS (COUNTER)
+#undef COUNTER
+    fprintf (fp, ",\n      \"size_hist\": ");
     json_array (fp, o->size_hist, S4K_SIZE_BUCKETS);
     fprintf (fp, ",\n      \"offset_hist\": ");
     json_array (fp, o->offset_hist, s.offset_buckets);

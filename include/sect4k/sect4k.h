@@ -339,19 +339,29 @@ extern const char *const s4k_op_names[S4K_NOPS];
  * s4k_stats.offset_bucket bytes (the logical size, or P/64 if larger). */
 #define S4K_OFFSET_BUCKETS 64
 
+/* The counters of each op, in JSON order, one line each: the fields of
+ * s4k_op_stats, the per-thread blocks, their sum and the JSON all expand
+ * this list, so a new counter is a new line here (and its description
+ * in docs/stats.schema.json). */
+#define S4K_OP_COUNTERS(X)                                                   \
+  X (requests, "requests")                                                   \
+  X (bytes, "bytes the client asked for")                                    \
+  X (errors, "requests that failed, refused ones included")                  \
+  /* Data ops: how the request sits on the sectors. */                       \
+  X (aligned_physical, "starts and ends on physical boundaries")             \
+  X (aligned_logical, "on logical boundaries only: writes RMW")              \
+  X (unaligned, "off logical boundaries")                                    \
+  X (refused, "refused by strict: EINVAL")                                   \
+  X (rmw_sectors, "physical sectors read-modify-written")                    \
+  X (rmw_read_bytes, "bytes the RMWs read")                                  \
+  X (store_write_bytes, "bytes written to the store")                        \
+  X (sectors_touched, "physical sectors the requests touched")               \
+  X (extra_sectors, "requests touching more sectors than their length needs")
+
 struct s4k_op_stats {
-  uint64_t requests, bytes, errors;
-  /* Data ops: how the request sits on the sectors. */
-  uint64_t aligned_physical;    /* starts and ends on physical boundaries */
-  uint64_t aligned_logical;     /* on logical boundaries only: RMW */
-  uint64_t unaligned;           /* off logical boundaries */
-  uint64_t refused;             /* refused by strict: EINVAL */
-  uint64_t rmw_sectors;         /* physical sectors read-modify-written */
-  uint64_t rmw_read_bytes;      /* bytes the RMWs read */
-  uint64_t store_write_bytes;   /* bytes written to the store */
-  uint64_t sectors_touched;     /* physical sectors the requests touched */
-  uint64_t extra_sectors;       /* requests touching more sectors than
-                                   their length needs */
+#define S4K_FIELD(name, description) uint64_t name;
+  S4K_OP_COUNTERS (S4K_FIELD)
+#undef S4K_FIELD
   uint64_t size_hist[S4K_SIZE_BUCKETS];
   uint64_t offset_hist[S4K_OFFSET_BUCKETS];
 };
