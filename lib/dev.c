@@ -10,6 +10,7 @@
 #include "sect4k/sect4k.h"
 #include "lock.h"
 #include "stats.h"
+#include "stats_save.h"
 
 struct s4k_dev {
   struct s4k_geometry g;
@@ -22,6 +23,7 @@ struct s4k_dev {
   s4k_debug_fn *debug_fn;
   void *debug_opaque;
   struct stats_state stats;
+  struct stats_saver saver;
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -77,7 +79,8 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->strict = c->strict;
   d->counting = c->stats_count;
   d->store = store;
-  stats_init (&d->stats, &d->g, c);
+  stats_init (&d->stats, &d->g);
+  stats_saver_init (&d->saver, d, c);
   *out = d;
   return 0;
 }
@@ -106,7 +109,7 @@ s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
 void
 s4k_dev_start (struct s4k_dev *d)
 {
-  stats_start (d);
+  stats_saver_start (&d->saver);
 }
 
 void
@@ -114,17 +117,11 @@ s4k_dev_close (struct s4k_dev *d)
 {
   if (!d)
     return;
-  stats_stop (d);
+  stats_saver_close (&d->saver);
   d->store->ops->close (d->store);
   s4k_locks_free (d->locks);
   stats_free (&d->stats);
   free (d);
-}
-
-struct stats_state *
-s4k_dev_stats_state (struct s4k_dev *d)
-{
-  return &d->stats;
 }
 
 void

@@ -1,8 +1,5 @@
-#include <errno.h>
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "stats.h"
 
@@ -137,30 +134,8 @@ stats_sum (struct stats_state *st, struct s4k_stats *out)
 #undef SUM
 }
 
-static void *
-saver (void *arg)
-{
-  struct s4k_dev *d = arg;
-  struct stats_state *st = s4k_dev_stats_state (d);
-  pthread_mutex_lock (&st->mu);
-  while (!st->stopping) {
-    struct timespec when;
-    clock_gettime (CLOCK_REALTIME, &when);
-    when.tv_sec += st->interval;
-    if (pthread_cond_timedwait (&st->cv, &st->mu, &when) == ETIMEDOUT &&
-        !st->stopping) {
-      pthread_mutex_unlock (&st->mu);
-      s4k_stats_save (d, st->path);
-      pthread_mutex_lock (&st->mu);
-    }
-  }
-  pthread_mutex_unlock (&st->mu);
-  return NULL;
-}
-
 void
-stats_init (struct stats_state *st, const struct s4k_geometry *g,
-            const struct s4k_config *c)
+stats_init (struct stats_state *st, const struct s4k_geometry *g)
 {
   memset (st, 0, sizeof *st);
   st->id = atomic_fetch_add (&next_stats_id, 1);
@@ -169,38 +144,6 @@ stats_init (struct stats_state *st, const struct s4k_geometry *g,
                       ? g->physical / S4K_OFFSET_BUCKETS : g->logical;
   st->offset_bucket_bits = __builtin_ctz (st->offset_bucket);
   st->offset_buckets = g->physical / st->offset_bucket;   /* <= 64 */
-  st->path = c->statsfile;
-  st->interval = c->stats_interval;
-  st->summary = c->stats_summary;
-  pthread_mutex_init (&st->mu, NULL);
-  pthread_cond_init (&st->cv, NULL);
-}
-
-void
-stats_start (struct s4k_dev *d)
-{
-  struct stats_state *st = s4k_dev_stats_state (d);
-  if (st->path && st->interval)
-    st->saver_running = pthread_create (&st->saver, NULL, saver, d) == 0;
-}
-
-/* Stops the saver and writes the final figures. */
-void
-stats_stop (struct s4k_dev *d)
-{
-  struct stats_state *st = s4k_dev_stats_state (d);
-  if (st->saver_running) {
-    pthread_mutex_lock (&st->mu);
-    st->stopping = true;
-    pthread_cond_signal (&st->cv);
-    pthread_mutex_unlock (&st->mu);
-    pthread_join (st->saver, NULL);
-    st->saver_running = false;
-  }
-  if (st->path)
-    s4k_stats_save (d, st->path);
-  if (st->summary)
-    s4k_stats_print (d, stderr);
 }
 
 void
@@ -210,6 +153,4 @@ stats_free (struct stats_state *st)
     n = b->next;
     free (b);
   }
-  pthread_mutex_destroy (&st->mu);
-  pthread_cond_destroy (&st->cv);
 }

@@ -1,9 +1,9 @@
 /* Request statistics: per-thread counter blocks, summed on demand, so
- * counting never makes threads share a cache line. */
+ * counting never makes threads share a cache line.  Knows nothing of the
+ * device: saving them is stats_save.h's. */
 #ifndef S4K_STATS_H
 #define S4K_STATS_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -16,14 +16,6 @@ struct stats_state {
   _Atomic (struct stats_block *) blocks;
   struct timespec start;
   uint32_t offset_bucket, offset_bucket_bits, offset_buckets;
-  /* Periodic saving. */
-  const char *path;
-  uint32_t interval;
-  bool summary;
-  pthread_t saver;
-  bool saver_running, stopping;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
 };
 
 /* What one request did, for counting.  The data path fills in how the
@@ -36,14 +28,8 @@ struct tally {
   uint64_t rmw_sectors, rmw_read_bytes, store_write_bytes;
 };
 
-void stats_init (struct stats_state *st, const struct s4k_geometry *g,
-                 const struct s4k_config *c);
+void stats_init (struct stats_state *st, const struct s4k_geometry *g);
 void stats_free (struct stats_state *st);
-/* Start and stop the periodic saver; stop also writes the final figures
- * and the summary. */
-void stats_start (struct s4k_dev *d);
-void stats_stop (struct s4k_dev *d);
-struct stats_state *s4k_dev_stats_state (struct s4k_dev *d);
 void stats_count (struct stats_state *st, const struct s4k_geometry *g,
                   enum s4k_op op, uint64_t len, uint64_t off, int result,
                   bool refused, const struct tally *t);

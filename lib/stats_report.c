@@ -1,10 +1,8 @@
-/* Statistics as JSON (schema: docs/stats.schema.json) and as a summary. */
+/* Statistics as JSON (schema: docs/stats.schema.json) and as a summary;
+ * saving them to statsfile= is stats_save.c's. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "sect4k/sect4k.h"
 
@@ -84,31 +82,6 @@ s4k_stats_write_json (const struct s4k_dev *d, FILE *fp)
   }
   fprintf (fp, "  }\n}\n");
   return ferror (fp) ? -EIO : 0;
-}
-
-int
-s4k_stats_save (const struct s4k_dev *d, const char *path)
-{
-  size_t n = strlen (path) + 32;
-  char *tmp = malloc (n);
-  if (!tmp)
-    return -ENOMEM;
-  snprintf (tmp, n, "%s.tmp.%ld", path, (long) getpid ());
-  FILE *fp = fopen (tmp, "w");
-  int r = fp ? 0 : -errno;
-  if (fp) {
-    r = s4k_stats_write_json (d, fp);
-    if (fclose (fp) != 0 && r == 0)
-      r = -errno;
-    if (r == 0 && rename (tmp, path) != 0)
-      r = -errno;
-    if (r)
-      unlink (tmp);
-  }
-  if (r)
-    fprintf (stderr, "sect4k: statsfile=%s: %s\n", path, s4k_strerror (-r));
-  free (tmp);
-  return r;
 }
 
 void
