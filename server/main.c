@@ -51,7 +51,8 @@ usage (FILE *f)
 "      --max-connections N    open connections at most (default 128)\n"
 "      --handshake-timeout S  drop clients still negotiating after S seconds\n"
 "                             (default 10)\n"
-"      --stats FILE           write request counts at exit (- for stderr)\n"
+"      --nbd-stats FILE       write connection and NBD request counts at\n"
+"                             exit (- for stderr; stats= is the device's)\n"
 "  -v, --verbose              log connections and refused requests\n"
 "  -h, --help                 this text\n"
 "  -V, --version              print the version\n"
@@ -200,7 +201,8 @@ write_stats (const char *file, const struct server *s)
 {
   FILE *f = strcmp (file, "-") == 0 ? stderr : fopen (file, "w");
   if (!f) {
-    fprintf (stderr, PROG ": --stats %s: %s\n", file, s4k_strerror (errno));
+    fprintf (stderr, PROG ": --nbd-stats %s: %s\n", file,
+             s4k_strerror (errno));
     return -1;
   }
   static const char *const names[NBD_CMD_COUNT] = {
@@ -215,7 +217,8 @@ write_stats (const char *file, const struct server *s)
   fprintf (f, "bytes_read=%" PRIu64 "\n", s->stats.bytes_read);
   fprintf (f, "bytes_written=%" PRIu64 "\n", s->stats.bytes_written);
   if (f != stderr && fclose (f) != 0) {
-    fprintf (stderr, PROG ": --stats %s: %s\n", file, s4k_strerror (errno));
+    fprintf (stderr, PROG ": --nbd-stats %s: %s\n", file,
+             s4k_strerror (errno));
     return -1;
   }
   return 0;
@@ -224,7 +227,8 @@ write_stats (const char *file, const struct server *s)
 int
 main (int argc, char **argv)
 {
-  enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_STATS };
+  enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_NBD_STATS,
+         OPT_OLD_STATS };
   static const struct option longopts[] = {
     { "unix", required_argument, NULL, 'U' },
     { "listen", required_argument, NULL, 'l' },
@@ -234,7 +238,8 @@ main (int argc, char **argv)
     { "threads", required_argument, NULL, 't' },
     { "max-connections", required_argument, NULL, OPT_MAX_CONN },
     { "handshake-timeout", required_argument, NULL, OPT_HS_TIMEOUT },
-    { "stats", required_argument, NULL, OPT_STATS },
+    { "nbd-stats", required_argument, NULL, OPT_NBD_STATS },
+    { "stats", required_argument, NULL, OPT_OLD_STATS },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
@@ -278,7 +283,11 @@ main (int argc, char **argv)
                       &s.handshake_timeout) == -1)
         return 1;
       break;
-    case OPT_STATS: stats_file = optarg; break;
+    case OPT_OLD_STATS:
+      fprintf (stderr, PROG ": --stats is deprecated: use --nbd-stats "
+               "(stats= is the device's statistics)\n");
+      /* fall through */
+    case OPT_NBD_STATS: stats_file = optarg; break;
     case 'v': s.cfg.verbose = true; break;
     case 'h': usage (stdout); return 0;
     case 'V': printf (PROG " %s\n", S4K_VERSION); return 0;

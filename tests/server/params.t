@@ -1,7 +1,8 @@
 #!/bin/bash
 # sect4k-server takes exactly the plugin's keys: every bad parameter or
 # option stops it with exit 1 and one line naming it; --help lists the
-# keys; the magic size works; the defaults match the plugin's.
+# keys; the magic size works; the defaults match the plugin's; --nbd-stats
+# and its deprecated old name --stats.
 . "$(dirname "$0")/../lib.sh"
 need nbdinfo
 need_server
@@ -33,7 +34,8 @@ bad "not both" size=1M --listen 127.0.0.1:1 --unix "$tmpdir/x.sock"
 
 out=$("$server" --help)
 for k in size= logical= physical= alignment-offset= lowest-aligned= model= \
-         max-request= strict= require-block-size= --unix --listen --readonly; do
+         max-request= strict= require-block-size= --unix --listen --readonly \
+         --nbd-stats; do
   printf '%s' "$out" | grep -qF -- "$k" || { diag "--help lacks $k"; false; }
 done
 ok $? "--help lists every key and option"
@@ -56,4 +58,18 @@ kill $spid; wait $spid
 ok $? "exit status 0 after SIGTERM"
 [ ! -e "$sock" ]
 ok $? "the socket is removed at exit"
+
+# --nbd-stats writes the NBD side's counts; its old name --stats, easy to
+# mistake for the device's stats=, still works and says once that it is
+# deprecated.
+for opt in --nbd-stats --stats; do
+  counts=$tmpdir/counts$opt
+  start_server "counts$opt" "$opt" "$counts" 1M &&
+    nbdinfo "$uri" >/dev/null && stop_server
+  st=$?
+  dep=$(grep -c 'deprecated' "$tmpdir/counts$opt.log")
+  want=0; [ "$opt" = --stats ] && want=1
+  [ "$st" = 0 ] && grep -qx 'connections=1' "$counts" && [ "$dep" = "$want" ]
+  ok $? "$opt FILE writes the counts; $want deprecation line ($dep)"
+done
 done_testing

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Clean shutdown: SIGTERM or SIGINT while clients have requests in
 flight.  Every request gets a reply (success or ESHUTDOWN) or the
-connection ends; nothing hangs; the server exits 0 and writes --stats."""
+connection ends; nothing hangs; the server exits 0 and writes --nbd-stats."""
 import os
 import signal
 import sys
@@ -19,7 +19,7 @@ srvlib.need_server()
 
 def run(sig, name):
     stats = "/tmp/sect4k-stats.%d.%s" % (os.getpid(), name)
-    with Server("size=64M", "model=512e", options=["--stats", stats]) as srv:
+    with Server("size=64M", "model=512e", options=["--nbd-stats", stats]) as srv:
         handles = []
         for _ in range(3):
             h = nbd.NBD()
@@ -74,7 +74,7 @@ def run(sig, name):
         ok(int(kv.get("requests_write", 0)) >= results["ok"] and
            int(kv.get("bytes_written", 0)) >= 4096 * results["ok"] and
            kv.get("connections") == "3",
-           "%s: --stats counts the connections and writes (%s)" % (name, kv))
+           "%s: --nbd-stats counts the connections and writes (%s)" % (name, kv))
 
 
 run(signal.SIGTERM, "SIGTERM")
