@@ -47,10 +47,15 @@ struct server_cfg {
   bool verbose;
 };
 
+/* The NBD side's counters besides requests[], one line each: the struct,
+ * the sum over the loops and --nbd-stats expand this list. */
+#define CONN_COUNTERS(X) X (errors) X (bytes_read) X (bytes_written)
+
 struct conn_stats {
   uint64_t requests[NBD_CMD_COUNT];
-  uint64_t errors;
-  uint64_t bytes_read, bytes_written;
+#define CONN_FIELD(name) uint64_t name;
+  CONN_COUNTERS (CONN_FIELD)
+#undef CONN_FIELD
 };
 
 struct obuf {

@@ -157,9 +157,9 @@ add_stats (struct conn_stats *to, const struct conn_stats *from)
 {
   for (int i = 0; i < NBD_CMD_COUNT; i++)
     to->requests[i] += from->requests[i];
-  to->errors += from->errors;
-  to->bytes_read += from->bytes_read;
-  to->bytes_written += from->bytes_written;
+#define ADD(name) to->name += from->name;
+  CONN_COUNTERS (ADD)
+#undef ADD
 }
 
 /* Starts closing: the shutdown makes pending operations complete, and

@@ -213,9 +213,9 @@ write_stats (const char *file, const struct server *s)
   fprintf (f, "connections_refused=%" PRIu64 "\n", s->refused);
   for (int i = 0; i < NBD_CMD_COUNT; i++)
     fprintf (f, "requests_%s=%" PRIu64 "\n", names[i], s->stats.requests[i]);
-  fprintf (f, "errors=%" PRIu64 "\n", s->stats.errors);
-  fprintf (f, "bytes_read=%" PRIu64 "\n", s->stats.bytes_read);
-  fprintf (f, "bytes_written=%" PRIu64 "\n", s->stats.bytes_written);
+#define PRINT(name) fprintf (f, #name "=%" PRIu64 "\n", s->stats.name);
+  CONN_COUNTERS (PRINT)
+#undef PRINT
   if (f != stderr && fclose (f) != 0) {
     fprintf (stderr, PROG ": --nbd-stats %s: %s\n", file,
              s4k_strerror (errno));
