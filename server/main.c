@@ -346,6 +346,9 @@ main (int argc, char **argv)
   s.cfg.minimum = g->logical;
   s.cfg.preferred = g->physical;
   s.cfg.maximum = s4k_dev_max_request (dev);
+  /* strict=false serves longer reads and writes, up to nbdkit's own
+   * limit, as the plugin under nbdkit does. */
+  s.cfg.longest = cfg.strict ? s.cfg.maximum : S4K_MAX_MAX_REQUEST;
   s4k_dev_describe (dev, s.cfg.description, sizeof s.cfg.description);
 
   char where[300];
