@@ -798,7 +798,7 @@ pay_buf (struct conn *c)
 }
 
 /* The payload buffer grows as the bytes arrive, so a client must send
- * data to make us hold it; never beyond the request (<= the maximum). */
+ * data to make us hold it; never beyond the request (<= cfg->longest). */
 #define PAYLOAD_STEP (256u * 1024)
 static void
 grow_payload (struct conn *c, size_t need)

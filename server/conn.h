@@ -110,7 +110,7 @@ struct conn {
   /* The request being parsed, received or discarded. */
   struct nbd_request req;
   uint32_t option;                /* option being discarded */
-  struct pbuf payload;            /* inline write payload, <= cfg->maximum */
+  struct pbuf payload;            /* inline write payload, <= cfg->longest */
   struct slot *pay_slot;          /* the slot whose buf takes this write's
                                      payload (NULL: payload, inline) */
   size_t payload_have;
