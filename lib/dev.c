@@ -229,14 +229,14 @@ s4k_explain_refusal (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
 }
 
 /* 0, or the errno a request outside the device or refused by strict mode
- * gets. */
+ * gets: past the end, ENOSPC for writes and zeroes, EINVAL for the rest
+ * (trims too), as the NBD spec asks. */
 static int
 check_request (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
                uint64_t off)
 {
   if (off > d->g.size || len > d->g.size - off)
-    return op == S4K_OP_WRITE || op == S4K_OP_ZERO || op == S4K_OP_TRIM
-           ? -ENOSPC : -EINVAL;
+    return op == S4K_OP_WRITE || op == S4K_OP_ZERO ? -ENOSPC : -EINVAL;
   if (s4k_refused (d, op, len, off))
     return -EINVAL;
   return 0;

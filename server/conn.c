@@ -30,6 +30,16 @@ hang_up (struct conn *c, const char *why)
   c->hangup = true;
 }
 
+/* Stops reading (a protocol violation, or a payload too long to drop):
+ * unlike hang_up, the replies already due, and those of the requests in
+ * flight, are still sent before the connection closes. */
+static void
+end_input (struct conn *c, const char *why)
+{
+  log_msg ("%s: closing the connection: %s", c->name, why);
+  c->state = ST_DONE;
+}
+
 /* Appends n bytes to the output and returns where they go; NULL (after
  * hanging up) when memory runs out. */
 static uint8_t *
@@ -788,7 +798,7 @@ pay_buf (struct conn *c)
 }
 
 /* The payload buffer grows as the bytes arrive, so a client must send
- * data to make us hold it; never beyond the request (<= the maximum). */
+ * data to make us hold it; never beyond the request (<= cfg->longest). */
 #define PAYLOAD_STEP (256u * 1024)
 static void
 grow_payload (struct conn *c, size_t need)
@@ -889,6 +899,14 @@ static const uint16_t cmd_flags_allowed[NBD_CMD_COUNT] = {
   [NBD_CMD_BLOCK_STATUS] = NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_REQ_ONE,
 };
 
+/* Reads and writes carry a payload, bounded by cfg->longest. */
+static bool
+too_long (const struct conn *c, const struct nbd_request *rq)
+{
+  return (rq->type == NBD_CMD_READ || rq->type == NBD_CMD_WRITE) &&
+         rq->length > c->cfg->longest;
+}
+
 /* Checks what the engine does not: command, flags, read-only, size
  * limit.  Returns 0 or an errno with msg filled. */
 static int
@@ -915,11 +933,13 @@ check_request (const struct conn *c, const struct nbd_request *rq,
     snprintf (msg, len, "%s refused: the export is read-only", name);
     return EPERM;
   }
-  if ((rq->type == NBD_CMD_READ || rq->type == NBD_CMD_WRITE) &&
-      rq->length > cfg->maximum) {
-    snprintf (msg, len, "%s of %" PRIu32 " bytes exceeds the maximum "
-              "request size %" PRIu32, name, rq->length, cfg->maximum);
-    return EOVERFLOW;
+  /* EINVAL, as the spec asks: EOVERFLOW is for DF reads only. */
+  if (too_long (c, rq)) {
+    snprintf (msg, len, "%s of %" PRIu32 " bytes refused: longer than %s "
+              "%" PRIu32, name, rq->length, cfg->longest == cfg->maximum
+              ? "the advertised maximum request"
+              : "the longest request served (strict=false)", cfg->longest);
+    return EINVAL;
   }
   return 0;
 }
@@ -958,16 +978,22 @@ handle_request (struct conn *c)
   if (rq->type < NBD_CMD_COUNT)
     c->stats.requests[rq->type]++;
   if (err) {
-    if (rq->type == NBD_CMD_WRITE) {
-      if (rq->length > CONN_MAX_DISCARD) {
-        hang_up (c, msg);
-        return true;
-      }
-      c->discard = rq->length;  /* read and drop the payload */
-      c->state = ST_DISCARD;
+    if (rq->type == NBD_CMD_WRITE && rq->length > CONN_MAX_DISCARD) {
+      end_input (c, msg);
+      return true;
     }
-    if (c->cfg->verbose || err == EOVERFLOW)
+    if (c->cfg->verbose || too_long (c, rq))
       log_msg ("%s: %s", c->name, msg);
+    if (rq->type == NBD_CMD_WRITE) {
+      /* The reply waits until the payload is read and dropped: a client
+       * reads replies while it sends, and must not take payload bytes
+       * for one. */
+      c->discard = rq->length;
+      c->discard_err = err;
+      snprintf (c->discard_msg, sizeof c->discard_msg, "%s", msg);
+      c->state = ST_DISCARD;
+      return true;
+    }
     reply_error (c, rq, err, msg);
     return true;
   }
@@ -983,8 +1009,12 @@ handle_request (struct conn *c)
   switch (rq->type) {
   case NBD_CMD_READ:
     if (!engine_cmd (c, rq)) {
-      uint8_t *p = out_grow (c, 20);
-      if (p)
+      /* Nothing to read, but a range past the end is still EINVAL. */
+      int r = s4k_read (dev, NULL, 0, rq->offset);
+      uint8_t *p = r ? NULL : out_grow (c, 20);
+      if (r)
+        reply_result (c, rq, r, S4K_OP_READ);
+      else if (p)
         chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE,
                       rq->cookie, 0);
     }
@@ -1165,7 +1195,7 @@ conn_process (struct conn *c)
       if (avail < 28)
         goto need_more;
       if (get32 (in) != NBD_REQUEST_MAGIC) {
-        hang_up (c, "bad request magic");
+        end_input (c, "bad request magic");
         return;
       }
       c->req = (struct nbd_request) {
@@ -1202,8 +1232,13 @@ conn_process (struct conn *c)
       c->discard -= n;
       if (c->discard > 0)
         goto need_more;
-      if (c->transmission)
+      if (c->transmission) {
         c->state = ST_REQUEST;
+        if (c->discard_err) {
+          reply_error (c, &c->req, c->discard_err, c->discard_msg);
+          c->discard_err = 0;
+        }
+      }
       else {
         c->state = ST_OPTION;
         opt_error (c, c->option, NBD_REP_ERR_TOO_BIG, "option data longer "

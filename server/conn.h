@@ -25,8 +25,11 @@
 #define CONN_IN_SIZE      (64u * 1024 + CONN_MAX_OPTION)
 #define CONN_OUT_HIGH     (256u * 1024)  /* stop parsing above this output */
 #define CONN_MAX_EXTENTS  1024u      /* descriptors in one block status reply */
-/* Oversized writes are read and discarded up to this; beyond, hang up. */
-#define CONN_MAX_DISCARD  (128u << 20)
+/* A refused write's payload is read and dropped before its error reply
+ * (the connection goes on) up to this, twice the longest request served,
+ * as nbdkit does; beyond, the connection ends (the spec allows it above
+ * 32 MiB). */
+#define CONN_MAX_DISCARD  (2u * S4K_MAX_MAX_REQUEST)
 /* Asynchronous store: requests in flight at once, and the read and write
  * bytes they may hold (a single request may exceed it, alone). */
 #define CONN_MAX_INFLIGHT 16u
@@ -42,6 +45,9 @@ struct server_cfg {
   char description[256];
   uint64_t size;
   uint32_t minimum, preferred, maximum;
+  /* The longest read or write served: maximum, or at strict=false
+   * S4K_MAX_MAX_REQUEST, nbdkit's own limit, as the plugin does. */
+  uint32_t longest;
   bool readonly;
   bool require_block_size;
   bool verbose;
@@ -109,11 +115,14 @@ struct conn {
   /* The request being parsed, received or discarded. */
   struct nbd_request req;
   uint32_t option;                /* option being discarded */
-  struct pbuf payload;            /* inline write payload, <= cfg->maximum */
+  struct pbuf payload;            /* inline write payload, <= cfg->longest */
   struct slot *pay_slot;          /* the slot whose buf takes this write's
                                      payload (NULL: payload, inline) */
   size_t payload_have;
   uint64_t discard;               /* bytes still to discard */
+  int discard_err;                /* a refused write's errno, replied once
+                                     its payload is dropped (else 0) */
+  char discard_msg[256];          /* and its message */
 
   bool transmission;              /* handshake finished */
   bool no_zeroes, structured, meta_allocation;

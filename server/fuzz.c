@@ -545,6 +545,8 @@ run (uint8_t mode, bool slots, size_t piece_len, const uint8_t *data,
     .minimum = s4k_dev_geometry (dev)->logical,
     .preferred = s4k_dev_geometry (dev)->physical,
     .maximum = s4k_dev_max_request (dev),
+    /* As at strict=true: the bounds checked below use the maximum. */
+    .longest = s4k_dev_max_request (dev),
     .readonly = cfg.readonly, .require_block_size = mode & 32,
     .verbose = verbose,
   };

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <netdb.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdarg.h>
@@ -163,8 +164,48 @@ listen_tcp (const char *spec, bool allow_remote, char *where, size_t wlen)
   return fd;
 }
 
+/* The socket this server bound at --unix: at exit the path is removed
+ * only if it is still this one (another server may have replaced it). */
+static struct stat unix_sock;
+
+/* A socket already at path is refused if a server answers on it (its
+ * clients would silently come to us, and its data is not ours), and
+ * replaced by listen_unix if none does (stale).  Checked before the
+ * device is opened, so that a file= is not touched either. */
+static int
+check_unix_path (const char *path)
+{
+  struct sockaddr_un sun = { .sun_family = AF_UNIX };
+  struct stat st;
+  if (lstat (path, &st) == -1 || !S_ISSOCK (st.st_mode) ||
+      strlen (path) >= sizeof sun.sun_path)
+    return 0;                   /* listen_unix says what is wrong */
+  strcpy (sun.sun_path, path);
+  /* Non-blocking: a full backlog (EAGAIN) is a live server too. */
+  int probe = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int r = probe == -1 ? -1 : connect (probe, (struct sockaddr *) &sun,
+                                      sizeof sun);
+  int e = errno;
+  if (probe != -1)
+    close (probe);
+  if (r == 0 || e == EAGAIN) {
+    fprintf (stderr, PROG ": --unix %s: a server is already listening "
+             "there\n", path);
+    return -1;
+  }
+  if (e == ECONNREFUSED)
+    log_msg ("--unix %s: replacing a stale socket (no server answers on "
+             "it)", path);
+  else if (e != ENOENT) {
+    fprintf (stderr, PROG ": --unix %s: %s\n", path, s4k_strerror (e));
+    return -1;
+  }
+  return 0;
+}
+
 /* The socket appears at path only once it listens: bound under a
- * temporary name, then renamed, so a client never sees ECONNREFUSED. */
+ * temporary name, then renamed (over a stale socket too), so a client
+ * never sees ECONNREFUSED. */
 static int
 listen_unix (const char *path, char *where, size_t wlen)
 {
@@ -185,7 +226,8 @@ listen_unix (const char *path, char *where, size_t wlen)
   unlink (tmp);
   int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd == -1 || bind (fd, (struct sockaddr *) &sun, sizeof sun) == -1 ||
-      listen (fd, SOMAXCONN) == -1 || rename (tmp, path) == -1) {
+      listen (fd, SOMAXCONN) == -1 || lstat (tmp, &unix_sock) == -1 ||
+      rename (tmp, path) == -1) {
     fprintf (stderr, PROG ": --unix %s: %s\n", path, s4k_strerror (errno));
     unlink (tmp);
     if (fd != -1)
@@ -246,6 +288,9 @@ main (int argc, char **argv)
     { NULL, 0, NULL, 0 },
   };
   static struct server s;       /* large; zeroed */
+  /* A log line to a closed pipe (stderr) must not kill the server: the
+   * write fails instead, as in nbdkit.  Sockets use MSG_NOSIGNAL. */
+  signal (SIGPIPE, SIG_IGN);
   const char *unix_path = NULL, *listen_spec = NULL, *stats_file = NULL;
   bool allow_remote = false;
   long ncpu = sysconf (_SC_NPROCESSORS_ONLN);
@@ -341,6 +386,8 @@ main (int argc, char **argv)
     fprintf (stderr, PROG ": %s\n", err);
     return 1;
   }
+  if (unix_path && check_unix_path (unix_path) == -1)
+    return 1;
   struct s4k_dev *dev;
   if (s4k_dev_open (&dev, &cfg, err, sizeof err) < 0) {
     fprintf (stderr, PROG ": %s\n", err);
@@ -355,6 +402,9 @@ main (int argc, char **argv)
   s.cfg.minimum = g->logical;
   s.cfg.preferred = g->physical;
   s.cfg.maximum = s4k_dev_max_request (dev);
+  /* strict=false serves longer reads and writes, up to nbdkit's own
+   * limit, as the plugin under nbdkit does. */
+  s.cfg.longest = cfg.strict ? s.cfg.maximum : S4K_MAX_MAX_REQUEST;
   s4k_dev_describe (dev, s.cfg.description, sizeof s.cfg.description);
 
   char where[300];
@@ -375,7 +425,9 @@ main (int argc, char **argv)
 
   int ret = serve (&s) == 0 ? 0 : 1;
   close (s.listen_fd);
-  if (unix_path)
+  struct stat st;
+  if (unix_path && lstat (unix_path, &st) == 0 &&
+      st.st_dev == unix_sock.st_dev && st.st_ino == unix_sock.st_ino)
     unlink (unix_path);
   int r = s4k_flush (dev);
   if (r < 0) {

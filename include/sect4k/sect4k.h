@@ -276,8 +276,8 @@ void s4k_dev_set_debug (struct s4k_dev *d, unsigned mask,
 void s4k_dev_describe (const struct s4k_dev *d, char *buf, size_t len);
 
 /* Data path.  -EINVAL: refused under strict (see s4k_refused), or a read
- * out of range; -ENOSPC: a write out of range; -ENOTSUP: fast-zero
- * refused; other -errno from the store. */
+ * or trim out of range; -ENOSPC: a write or zero out of range; -ENOTSUP:
+ * fast-zero refused; other -errno from the store. */
 int s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off);
 int s4k_write (struct s4k_dev *d, const void *buf, uint64_t len,
                uint64_t off, unsigned flags);

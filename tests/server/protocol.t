@@ -4,6 +4,7 @@ libnbd (and nbdinfo), and through a raw socket where libnbd would refuse
 to send what we want to test."""
 import json
 import os
+import socket
 import struct
 import subprocess
 import sys
@@ -215,13 +216,24 @@ def main():
         request(s, 0, 0, 2 << 20, cookie=6)
         magic, flags, typ, cookie, length = struct.unpack(">IHHQI", recv_exact(s, 20))
         payload = recv_exact(s, length)
-        ok(typ == 0x8001 and struct.unpack(">I", payload[:4])[0] == 75 and flags & 1,
-           "raw: a read over the maximum: EOVERFLOW, nothing read")
-        request(s, 1, 0, 2 << 20, cookie=7, payload=bytes(2 << 20))
-        magic, flags, typ, cookie, length = struct.unpack(">IHHQI", recv_exact(s, 20))
+        ok(typ == 0x8001 and struct.unpack(">I", payload[:4])[0] == 22 and flags & 1,
+           "raw: a read over the maximum: EINVAL (not EOVERFLOW), nothing read")
+        # The reply to a refused write comes only once its payload is in:
+        # a client reading replies while it sends must not see it early.
+        request(s, 1, 0, 2 << 20, cookie=7, payload=bytes(1 << 20))
+        s.settimeout(1)
+        try:
+            early = s.recv(1)
+        except socket.timeout:
+            early = b""
+        s.settimeout(20)
+        s.sendall(bytes(1 << 20))
+        magic, flags, typ, cookie, length = struct.unpack(">IHHQI",
+                                                          early + recv_exact(s, 20 - len(early)))
         payload = recv_exact(s, length)
-        ok(cookie == 7 and struct.unpack(">I", payload[:4])[0] == 75,
-           "raw: a write over the maximum: EOVERFLOW, payload discarded")
+        ok(not early and cookie == 7 and struct.unpack(">I", payload[:4])[0] == 22,
+           "raw: a write over the maximum: EINVAL, replied after its payload "
+           "(%s before it)" % (early or "nothing"))
         request(s, 0, 0, 512, flags=0x40, cookie=8)
         magic, flags, typ, cookie, length = struct.unpack(">IHHQI", recv_exact(s, 20))
         payload = recv_exact(s, length)
@@ -240,6 +252,33 @@ def main():
         request(s, 2)
         ok(srvlib.closed(s), "raw: NBD_CMD_DISC closes the connection")
         s.close()
+
+        # Writes pipelined before a bad request magic are done and replied
+        # to before the server closes.
+        s = srv.connect_raw()
+        greet(s)
+        go(s, b"disk")
+        reqs = b""
+        for i in range(8):
+            reqs += struct.pack(">IHHQQI", 0x25609513, 0, 1, 100 + i,
+                                (2 << 20) + i * 4096, 4096) + bytes([i + 1]) * 4096
+        s.sendall(reqs + b"\xde\xad" * 14)
+        got = set()
+        try:
+            while True:
+                magic, err, cookie = struct.unpack(">IIQ", recv_exact(s, 16))
+                if err == 0:
+                    got.add(cookie)
+        except (OSError, EOFError):
+            pass
+        s.close()
+        h = connect(srv.uri)
+        done = all(h.pread(4096, (2 << 20) + i * 4096) == bytes([i + 1]) * 4096
+                   for i in range(8))
+        h.shutdown()
+        ok(got == set(range(100, 108)) and done,
+           "raw: a bad request magic after 8 writes: all 8 done and replied "
+           "to (%d replies) before the server closes" % len(got))
 
         # NBD_OPT_EXPORT_NAME, with and without the 124 zero bytes.
         for flags, extra in ((3, 0), (1, 124)):

@@ -321,6 +321,12 @@ main (void)
       "a write past the end gets ENOSPC");
   ok (s4k_read (d, b, 512, 1 << 20) == -EINVAL,
       "a read past the end gets EINVAL");
+  ok (s4k_zero (d, 4096, (1 << 20) - 512, 0) == -ENOSPC,
+      "a zero past the end gets ENOSPC");
+  ok (s4k_trim (d, 4096, (1 << 20) - 512, 0) == -EINVAL,
+      "a trim past the end gets EINVAL (the NBD spec)");
+  ok (s4k_read (d, b, 0, (1 << 20) + 512) == -EINVAL,
+      "a read of nothing past the end gets EINVAL");
   ok (s4k_zero (d, 512, 0, S4K_FAST_ZERO) == 0, "fast zero on memory");
   memset (b, 1, 512);
   ok (s4k_write (d, b, 512, 8192 + 1024, 0) == 0, "a 512-byte write");
