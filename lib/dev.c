@@ -12,6 +12,10 @@
 #include "stats.h"
 #include "stats_save.h"
 
+/* For what runs on every request: inline into each caller, so that the
+ * synchronous calls fold the plan into straight code. */
+#define S4K_INLINE static inline __attribute__ ((always_inline))
+
 struct s4k_dev {
   struct s4k_geometry g;
   bool counting;                /* keep statistics */
@@ -253,9 +257,8 @@ struct span {
   uint64_t lock_first, lock_last;       /* the sectors the request locks */
 };
 
-/* Inline: on every request's path, and filled in place rather than
- * returned by value. */
-static inline __attribute__ ((always_inline)) void
+/* Filled in place rather than returned by value. */
+S4K_INLINE void
 span_of (const struct s4k_dev *d, uint64_t len, uint64_t off, struct span *s)
 {
   const uint64_t end = off + len;
@@ -283,7 +286,7 @@ debug_rmw (struct s4k_dev *d, const char *op, uint64_t len, uint64_t off,
   d->debug_fn (d->debug_opaque, msg);
 }
 
-/* ---- data path --------------------------------------------------------- */
+/* ---- one plan for every request --------------------------------------- */
 
 /* Records how a request sits on the sectors, for the statistics. */
 static void
@@ -294,45 +297,10 @@ place (struct tally *t, const struct span *s)
   t->sectors = s->last - s->first + 1;
 }
 
-/* The store reads of a read request: whole sectors straight into the
- * client's buffer, cut ones into cut (2P: the head sector, then the
- * tail), since the store reads whole sectors only.  Returns how many. */
-static inline __attribute__ ((always_inline)) unsigned
-read_pieces (const struct s4k_dev *d, char *buf, uint64_t off,
-             const struct span *s, char *cut, struct s4k_io *io)
-{
-  unsigned n = 0;
-  if (s->head_cut)
-    io[n++] = (struct s4k_io) { cut, s->head_end - s->head_start,
-                                s->head_start };
-  if (s->mid_start < s->mid_end)
-    io[n++] = (struct s4k_io) { buf + (s->mid_start - off),
-                                s->mid_end - s->mid_start, s->mid_start };
-  if (s->tail_cut)
-    io[n++] = (struct s4k_io) { cut + d->g.physical,
-                                s->tail_end - s->tail_start, s->tail_start };
-  return n;
-}
-
-/* Copies the requested bytes of the cut sectors to the client's buffer. */
-static inline __attribute__ ((always_inline)) void
-read_cut_copy (const struct s4k_dev *d, char *buf, uint64_t len, uint64_t off,
-               const struct span *s, const char *cut)
-{
-  const uint64_t end = off + len;
-  if (s->head_cut) {
-    uint64_t e = end < s->head_end ? end : s->head_end;
-    memcpy (buf, cut + (off - s->head_start), e - off);
-  }
-  if (s->tail_cut)
-    memcpy (buf + (s->tail_start - off), cut + d->g.physical,
-            end - s->tail_start);
-}
-
 /* Checks a request and works out the physical sectors it touches and
  * locks (*s).  Returns 0 to go on, 1 if there is nothing to do, or the
  * -errno the request fails with. */
-static inline __attribute__ ((always_inline)) int
+S4K_INLINE int
 plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
       unsigned flags, struct span *s, struct tally *t)
 {
@@ -357,27 +325,71 @@ plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
   return 0;
 }
 
-static int
-read_op (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off,
-         struct tally *t)
-{
-  struct span s;
-  int r = plan (d, S4K_OP_READ, len, off, 0, &s, t);
-  if (r)
-    return r == 1 ? 0 : r;
-  char *cut = NULL;
-  struct s4k_io io[3];
+/* Every read, write, zero, trim and flush runs the one plan in run(), in
+ * this order, each stage skipped when it has nothing to do:
+ *
+ *   lock    the sectors touched (shared for a read; a trim: the whole ones)
+ *   read    a read's sectors; a write's or zero's cut sectors (the R of RMW)
+ *   merge   the new bytes, or zeroes, into the cut sectors (the M)
+ *   zero    a zero's whole sectors, and cut ones it left all zero
+ *   write   a write's whole sectors and the merged cut sectors (the W)
+ *   trim    the whole sectors
+ *   flush
+ *   unlock, and a read's cut bytes to the caller
+ *
+ * Each stage's store I/O is a struct s4k_store_req.  Two drivers run the
+ * plan: the synchronous calls (s4k_read..., the plugin) pass it to the
+ * store's synchronous functions and sleep on locks; the asynchronous ones
+ * (s4k_aio_..., the server with the file store) submit it to the loop's
+ * ring, return, and come back into run() at the stage that waited, with
+ * its result.  A stage that waits is recorded in the request's `stage`. */
+enum stage {
+  ST_START, ST_LOCK, ST_READ, ST_ZERO, ST_WRITE, ST_TRIM, ST_FLUSH
+};
 
-  if ((s.head_cut || s.tail_cut) &&
-      !(cut = bounce (2 * (size_t) d->g.physical)))
-    return -ENOMEM;
-  unsigned n = read_pieces (d, buf, off, &s, cut, io);
-  s4k_lock (d->locks, s.first, s.last, true);
-  r = d->store->ops->read (d->store, io, n);
-  s4k_unlock (d->locks, s.first, s.last, true);
-  if (r == 0)
-    read_cut_copy (d, buf, len, off, &s, cut);
-  return r;
+/* A request on its way through the stages. */
+struct request {
+  enum s4k_op op;
+  enum stage stage;             /* the one waited for */
+  char *buf;                    /* a read's destination, a write's data */
+  uint64_t len, off;
+  unsigned flags;
+  bool locked;
+  bool head_zero, tail_zero;    /* a zero left the cut sector all zero */
+  char *cut;                    /* 2P: the head sector, then the tail */
+  struct span s;
+  struct tally t;
+};
+
+S4K_INLINE bool
+cuts (const struct request *q)
+{
+  return q->s.head_cut || q->s.tail_cut;
+}
+
+/* The read stage: the cut sectors into cut (the store reads whole
+ * sectors only) and, for a read, the whole ones straight into its
+ * buffer.  Returns how many pieces. */
+S4K_INLINE unsigned
+list_reads (const struct s4k_dev *d, struct request *q, struct s4k_io *io)
+{
+  const struct span *s = &q->s;
+  unsigned n = 0;
+  if (s->head_cut)
+    io[n++] = (struct s4k_io) { q->cut, s->head_end - s->head_start,
+                                s->head_start };
+  if (q->op == S4K_OP_READ && s->mid_start < s->mid_end)
+    io[n++] = (struct s4k_io) { q->buf + (s->mid_start - q->off),
+                                s->mid_end - s->mid_start, s->mid_start };
+  if (s->tail_cut)
+    io[n++] = (struct s4k_io) { q->cut + d->g.physical,
+                                s->tail_end - s->tail_start, s->tail_start };
+  if (q->op != S4K_OP_READ) {
+    q->t.rmw_sectors = n;
+    for (unsigned i = 0; i < n; i++)
+      q->t.rmw_read_bytes += io[i].len;
+  }
+  return n;
 }
 
 static bool
@@ -389,213 +401,304 @@ all_zero (const char *p, size_t len)
   return true;
 }
 
-/* The store calls of a write or zero that cuts into sectors. */
-struct rmw {
-  struct s4k_io head, tail;     /* the cut sectors, in the bounce buffer */
-  struct s4k_io rd[2], wr[3];
-  unsigned nrd, nwr;
-  uint64_t zero_start, zero_end;        /* whole sectors for store->zero */
-};
-
-/* Lists the cut sectors to read first, into cut (2P: head, then tail). */
-static inline __attribute__ ((always_inline)) void
-rmw_reads (const struct s4k_dev *d, const struct span *s, char *cut,
-           struct rmw *m, struct tally *t)
+/* The merge stage: the write's data (or zeroes) into the cut sectors.  A
+ * cut sector that a zero leaves all zero is zeroed by the store instead
+ * of written, so zeroing keeps the store sparse. */
+S4K_INLINE void
+merge (struct s4k_dev *d, struct request *q)
 {
-  m->nrd = 0;
-  if (!cut)
-    return;                     /* nothing cut */
-  m->head = (struct s4k_io) { cut, s->head_end - s->head_start,
-                              s->head_start };
-  m->tail = (struct s4k_io) { cut + d->g.physical,
-                              s->tail_end - s->tail_start, s->tail_start };
-  if (s->head_cut)
-    m->rd[m->nrd++] = m->head;
-  if (s->tail_cut)
-    m->rd[m->nrd++] = m->tail;
-  t->rmw_sectors = m->nrd;
-  for (unsigned i = 0; i < m->nrd; i++)
-    t->rmw_read_bytes += m->rd[i].len;
-}
-
-/* Merges data (or zeroes, when data is NULL) into the cut sectors read
- * and lists the writes.  A cut sector that a zero leaves all zero is
- * zeroed by the store instead, so zeroing keeps the store sparse. */
-static inline __attribute__ ((always_inline)) void
-rmw_merge (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
-           const struct span *s, const char *op, struct rmw *m,
-           struct tally *t)
-{
-  const uint64_t end = off + len;
-  bool head_zero = false, tail_zero = false;
+  const struct span *s = &q->s;
+  const char *data = q->op == S4K_OP_WRITE ? q->buf : NULL;
+  const char *name = data ? "write" : "zero";
+  const uint64_t off = q->off, end = off + q->len;
   if (s->head_cut) {
-    char *head = m->head.buf;
+    char *head = q->cut;
     uint64_t e = end < s->head_end ? end : s->head_end;
     if (data)
       memcpy (head + (off - s->head_start), data, e - off);
     else {
       memset (head + (off - s->head_start), 0, e - off);
-      head_zero = all_zero (head, m->head.len);
+      q->head_zero = all_zero (head, s->head_end - s->head_start);
     }
     if (d->debug_mask & S4K_DEBUG_RMW)
-      debug_rmw (d, op, len, off, s->first, s->head_start, s->head_end);
+      debug_rmw (d, name, q->len, off, s->first, s->head_start, s->head_end);
   }
   if (s->tail_cut) {
-    char *tail = m->tail.buf;
+    char *tail = q->cut + d->g.physical;
     if (data)
       memcpy (tail, data + (s->tail_start - off), end - s->tail_start);
     else {
       memset (tail, 0, end - s->tail_start);
-      tail_zero = all_zero (tail, m->tail.len);
+      q->tail_zero = all_zero (tail, s->tail_end - s->tail_start);
     }
     if (d->debug_mask & S4K_DEBUG_RMW)
-      debug_rmw (d, op, len, off, s->last, s->tail_start, s->tail_end);
+      debug_rmw (d, name, q->len, off, s->last, s->tail_start, s->tail_end);
   }
+}
 
-  m->nwr = 0;
-  if (s->head_cut && !head_zero)
-    m->wr[m->nwr++] = m->head;
-  if (data && s->mid_start < s->mid_end)
-    m->wr[m->nwr++] = (struct s4k_io) { (char *) data + (s->mid_start - off),
-                                        s->mid_end - s->mid_start,
-                                        s->mid_start };
-  if (s->tail_cut && !tail_zero)
-    m->wr[m->nwr++] = m->tail;
-  m->zero_start = m->zero_end = 0;
-  if (!data) {
-    m->zero_start = head_zero ? s->head_start : s->mid_start;
-    m->zero_end = tail_zero ? s->tail_end : s->mid_end;
+/* The write stage: the merged cut sectors a zero did not leave all zero,
+ * and a write's whole sectors straight from its buffer (for a write of
+ * whole sectors, its buffer as it is).  Returns how many pieces. */
+S4K_INLINE unsigned
+list_writes (const struct s4k_dev *d, struct request *q, struct s4k_io *io)
+{
+  const struct span *s = &q->s;
+  unsigned n = 0;
+  if (s->head_cut && !q->head_zero)
+    io[n++] = (struct s4k_io) { q->cut, s->head_end - s->head_start,
+                                s->head_start };
+  if (q->op == S4K_OP_WRITE && s->mid_start < s->mid_end)
+    io[n++] = (struct s4k_io) { q->buf + (s->mid_start - q->off),
+                                s->mid_end - s->mid_start, s->mid_start };
+  if (s->tail_cut && !q->tail_zero)
+    io[n++] = (struct s4k_io) { q->cut + d->g.physical,
+                                s->tail_end - s->tail_start, s->tail_start };
+  for (unsigned i = 0; i < n; i++)
+    q->t.store_write_bytes += io[i].len;
+  return n;
+}
+
+/* Runs a store request with the store's synchronous functions. */
+S4K_INLINE int
+store_call (struct s4k_store *st, const struct s4k_store_req *sq)
+{
+  switch (sq->kind) {
+  case S4K_REQ_READ:
+    return st->ops->read (st, sq->io, sq->n);
+  case S4K_REQ_WRITE:
+    return st->ops->write (st, sq->io, sq->n, sq->fua);
+  case S4K_REQ_ZERO:
+    return st->ops->zero (st, sq->io[0].len, sq->io[0].off, sq->may_trim,
+                          sq->fua);
+  case S4K_REQ_TRIM:
+    return st->ops->trim (st, sq->io[0].len, sq->io[0].off, sq->fua);
+  default:
+    return st->ops->flush (st);
   }
-  for (unsigned i = 0; i < m->nwr; i++)
-    t->store_write_bytes += m->wr[i].len;
 }
 
-/* Writes data (or zeroes, when data is NULL) to [off, off+len): cut
- * sectors by read-modify-write, whole ones straight to the store (or
- * zeroed by the store).  The caller has locked every sector. */
-static int
-write_locked (struct s4k_dev *d, const char *data, uint64_t len, uint64_t off,
-              const struct span *s, unsigned flags, const char *op,
-              struct tally *t)
-{
-  const bool fua = flags & S4K_FUA;
-  char *cut = NULL;
-  struct rmw m;
-  int r;
-
-  if ((s->head_cut || s->tail_cut) &&
-      !(cut = bounce (2 * (size_t) d->g.physical)))
-    return -ENOMEM;
-  rmw_reads (d, s, cut, &m, t);
-  if (m.nrd && (r = d->store->ops->read (d->store, m.rd, m.nrd)) != 0)
-    return r;
-  rmw_merge (d, data, len, off, s, op, &m, t);
-  if (m.zero_start < m.zero_end &&
-      (r = d->store->ops->zero (d->store, m.zero_end - m.zero_start,
-                                m.zero_start, flags & S4K_MAY_TRIM, fua)) != 0)
-    return r;
-  if (m.nwr)
-    return d->store->ops->write (d->store, m.wr, m.nwr, fua);
-  return 0;
-}
-
-/* A write (data) or zero (data NULL): lock, then write_locked. */
-static int
-modify_op (struct s4k_dev *d, const void *data, uint64_t len, uint64_t off,
-           unsigned flags, struct tally *t)
-{
-  struct span s;
-  int r = plan (d, data ? S4K_OP_WRITE : S4K_OP_ZERO, len, off, flags, &s, t);
-  if (r)
-    return r == 1 ? 0 : r;
-  s4k_lock (d->locks, s.first, s.last, false);
-  if (data && !s.head_cut && !s.tail_cut) {
-    /* Whole sectors: the common case needs no RMW machinery. */
-    const struct s4k_io io = { (void *) data, len, off };
-    r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);
-    t->store_write_bytes = len;
-  }
-  else
-    r = write_locked (d, data, len, off, &s, flags, data ? "write" : "zero",
-                      t);
-  s4k_unlock (d->locks, s.first, s.last, false);
-  return r;
-}
-
-static int
-trim_op (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags,
-         struct tally *t)
-{
-  struct span s;
-  int r = plan (d, S4K_OP_TRIM, len, off, flags, &s, t);
-  if (r)
-    return r == 1 ? 0 : r;
-  s4k_lock (d->locks, s.lock_first, s.lock_last, false);
-  r = d->store->ops->trim (d->store, s.mid_end - s.mid_start, s.mid_start,
-                           flags & S4K_FUA);
-  s4k_unlock (d->locks, s.lock_first, s.lock_last, false);
-  return r;
-}
-
-/* ---- the public data path: each request is counted ------------------- */
-
-static int
+/* Counts a request that ended with r.  The tally is passed by value so
+ * that a request on the stack never escapes (it stays in registers). */
+S4K_INLINE int
 counted (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
-         int r, const struct tally *t)
+         int r, struct tally t)
 {
   if (d->counting)
     stats_count (&d->stats, &d->g, op, len, off, r,
-               r == -EINVAL && s4k_refused (d, op, len, off), t);
+                 r == -EINVAL && s4k_refused (d, op, len, off), &t);
   return r;
+}
+
+/* Fills in q and plans it: 0 to run its stages, 1 if there is nothing to
+ * do, or the -errno it fails with. */
+S4K_INLINE int
+begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
+       uint64_t len, uint64_t off, unsigned flags)
+{
+  q->op = op;
+  q->stage = ST_START;
+  q->buf = buf;
+  q->len = len;
+  q->off = off;
+  q->flags = flags;
+  q->locked = q->head_zero = q->tail_zero = false;
+  q->cut = NULL;
+  q->t = (struct tally) { 0 };
+  return op == S4K_OP_FLUSH ? 0 : plan (d, op, len, off, flags, &q->s, &q->t);
+}
+
+/* True if the request needs the cut-sector buffer (a trim leaves cut
+ * sectors alone). */
+S4K_INLINE bool
+needs_cut (const struct request *q)
+{
+  return q->op != S4K_OP_TRIM && q->op != S4K_OP_FLUSH && cuts (q);
+}
+
+/* The request is over with r: unlock, hand over a read's cut bytes,
+ * count it. */
+S4K_INLINE int
+finish (struct s4k_dev *d, struct request *q, int r)
+{
+  const struct span *s = &q->s;
+  if (q->locked) {
+    s4k_unlock (d->locks, s->lock_first, s->lock_last, q->op == S4K_OP_READ);
+    q->locked = false;
+  }
+  if (r == 0 && q->op == S4K_OP_READ) {
+    const uint64_t off = q->off, end = off + q->len;
+    if (s->head_cut) {
+      uint64_t e = end < s->head_end ? end : s->head_end;
+      memcpy (q->buf, q->cut + (off - s->head_start), e - off);
+    }
+    if (s->tail_cut)
+      memcpy (q->buf + (s->tail_start - off), q->cut + d->g.physical,
+              end - s->tail_start);
+  }
+  return counted (d, q->op, q->len, q->off, r, q->t);
+}
+
+/* Hands a stage's store request to the store: to its synchronous
+ * functions (w NULL), or to its submit.  Returns 1 if it is in flight,
+ * else its result. */
+S4K_INLINE int
+issue (struct s4k_dev *d, struct s4k_store_req *sq, struct s4k_lock_waiter *w)
+{
+  return w ? d->store->ops->submit (d->store, sq) : store_call (d->store, sq);
+}
+
+/* The plan, from stage `from` (ST_START for a new request) whose result
+ * is r.  Synchronous (w NULL): runs the request to its end.
+ * Asynchronous (w the request's lock waiter): returns 1 when a stage must
+ * be waited for, and is called again with that stage and its result;
+ * else the result. */
+S4K_INLINE int
+run (struct s4k_dev *d, struct request *q, struct s4k_store_req *sq,
+     struct s4k_lock_waiter *w, enum stage from, int r)
+{
+  const struct span *s = &q->s;
+  const bool fua = q->flags & S4K_FUA;
+
+  switch (from) {
+  case ST_START:
+    break;
+  case ST_LOCK:                 /* woken: try again */
+    goto lock;
+  case ST_READ:
+    goto read_done;
+  case ST_ZERO:
+    goto zero_done;
+  default:                      /* write, trim, flush: the last stage */
+    goto done;
+  }
+
+  if (q->op == S4K_OP_FLUSH) {
+    q->stage = ST_FLUSH;
+    sq->kind = S4K_REQ_FLUSH;
+    sq->n = 0;
+    goto last;
+  }
+
+lock:
+  q->stage = ST_LOCK;
+  if (!w)
+    s4k_lock (d->locks, s->lock_first, s->lock_last, q->op == S4K_OP_READ);
+  else if (!s4k_trylock (d->locks, s->lock_first, s->lock_last,
+                         q->op == S4K_OP_READ, w))
+    return 1;
+  q->locked = true;
+
+  if (q->op == S4K_OP_TRIM) {
+    q->stage = ST_TRIM;
+    sq->kind = S4K_REQ_TRIM;
+    sq->fua = fua;
+    sq->n = 1;
+    sq->io[0] = (struct s4k_io) { NULL, s->mid_end - s->mid_start,
+                                  s->mid_start };
+    goto last;
+  }
+
+  if (q->op == S4K_OP_READ || cuts (q)) {
+    q->stage = ST_READ;
+    sq->kind = S4K_REQ_READ;
+    sq->fua = false;
+    sq->n = list_reads (d, q, sq->io);
+    r = issue (d, sq, w);
+    if (w && r == 1)
+      return 1;
+  read_done:
+    if (r || q->op == S4K_OP_READ)
+      goto done;
+    merge (d, q);
+  }
+
+  if (q->op == S4K_OP_ZERO) {
+    uint64_t start = q->head_zero ? s->head_start : s->mid_start;
+    uint64_t end = q->tail_zero ? s->tail_end : s->mid_end;
+    if (start < end) {
+      q->stage = ST_ZERO;
+      sq->kind = S4K_REQ_ZERO;
+      sq->fua = fua;
+      sq->may_trim = q->flags & S4K_MAY_TRIM;
+      sq->n = 1;
+      sq->io[0] = (struct s4k_io) { NULL, end - start, start };
+      r = issue (d, sq, w);
+      if (w && r == 1)
+        return 1;
+    zero_done:
+      if (r)
+        goto done;
+    }
+  }
+
+  q->stage = ST_WRITE;
+  sq->kind = S4K_REQ_WRITE;
+  sq->fua = fua;
+  if (!(sq->n = list_writes (d, q, sq->io)))
+    goto done;                  /* a zero that left no cut sector */
+last:
+  r = issue (d, sq, w);
+  if (w && r == 1)
+    return 1;
+done:
+  return finish (d, q, r);
+}
+
+/* ---- the synchronous driver ------------------------------------------- */
+
+S4K_INLINE int
+sync_request (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
+              uint64_t off, unsigned flags)
+{
+  struct request q;
+  struct s4k_store_req sq;
+  int r = begin (d, &q, op, buf, len, off, flags);
+  if (r == 0 && needs_cut (&q) &&
+      !(q.cut = bounce (2 * (size_t) d->g.physical)))
+    r = -ENOMEM;
+  if (r)
+    return counted (d, op, len, off, r == 1 ? 0 : r, q.t);
+  return run (d, &q, &sq, NULL, ST_START, 0);
 }
 
 int
 s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
 {
-  struct tally t = { 0 };
-  int r = read_op (d, buf, len, off, &t);
-  return counted (d, S4K_OP_READ, len, off, r, &t);
+  return sync_request (d, S4K_OP_READ, buf, len, off, 0);
 }
 
 int
 s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
            unsigned flags)
 {
-  struct tally t = { 0 };
-  int r = modify_op (d, buf, len, off, flags, &t);
-  return counted (d, S4K_OP_WRITE, len, off, r, &t);
+  return sync_request (d, S4K_OP_WRITE, (void *) buf, len, off, flags);
 }
 
 int
 s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
 {
-  struct tally t = { 0 };
-  int r = modify_op (d, NULL, len, off, flags, &t);
-  return counted (d, S4K_OP_ZERO, len, off, r, &t);
+  return sync_request (d, S4K_OP_ZERO, NULL, len, off, flags);
 }
 
 int
 s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
 {
-  struct tally t = { 0 };
-  int r = trim_op (d, len, off, flags, &t);
-  return counted (d, S4K_OP_TRIM, len, off, r, &t);
+  return sync_request (d, S4K_OP_TRIM, NULL, len, off, flags);
 }
 
 int
 s4k_flush (struct s4k_dev *d)
 {
-  struct tally t = { 0 };
-  return counted (d, S4K_OP_FLUSH, 0, 0, d->store->ops->flush (d->store), &t);
+  return sync_request (d, S4K_OP_FLUSH, NULL, 0, 0, 0);
 }
 
 int
 s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off)
 {
   /* Nothing to prefetch from memory; a file store reads ahead itself. */
-  struct tally t = { 0 };
   return counted (d, S4K_OP_CACHE, len, off,
-                  check_request (d, S4K_OP_CACHE, len, off), &t);
+                  check_request (d, S4K_OP_CACHE, len, off),
+                  (struct tally) { 0 });
 }
 
 /* Clips the store's runs to the request and merges neighbours of the
@@ -637,41 +740,21 @@ int
 s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
              s4k_extent_fn *fn, void *opaque)
 {
-  struct tally t = { 0 };
   return counted (d, S4K_OP_EXTENTS, len, off,
-                  extents_op (d, len, off, fn, opaque), &t);
+                  extents_op (d, len, off, fn, opaque), (struct tally) { 0 });
 }
 
-/* ---- asynchronous requests -------------------------------------------- */
-
-/* A request runs as a sequence of stages, each either done at once or
- * waited for: a sector lock (woken through the loop's post) or store I/O
- * (completed from the loop's ring).  A zero that cuts into sectors reads
- * them, has the store zero the whole ones, then writes the cut ones
- * back, as write_locked does. */
-enum aio_stage {
-  AIO_START, AIO_LOCK, AIO_READ, AIO_RMW_READ, AIO_WRITE, AIO_ZERO, AIO_TRIM,
-  AIO_FLUSH, AIO_DONE
-};
+/* ---- the asynchronous driver ------------------------------------------ */
 
 struct s4k_aio {
   struct s4k_dev *d;
   s4k_aio_done_fn *done;
   void *opaque;
-  /* The request in flight. */
-  enum s4k_op op;
-  enum aio_stage stage;
-  char *buf;
-  uint64_t len, off;
-  unsigned flags;
-  struct span s;
-  struct tally t;
-  struct rmw m;
-  bool locked;
+  struct request q;             /* the request in flight */
   char *cut;                    /* 2P for the cut sectors, kept */
   struct s4k_lock_waiter waiter;
   struct s4k_completion retry;  /* posted when the waiter is woken */
-  struct s4k_store_req req;
+  struct s4k_store_req sq;
 };
 
 bool
@@ -680,134 +763,18 @@ s4k_dev_async (const struct s4k_dev *d)
   return d->store->async;
 }
 
-static enum aio_stage
-next_stage (const struct s4k_aio *a)
-{
-  switch (a->stage) {
-  case AIO_START:
-    return a->op == S4K_OP_FLUSH ? AIO_FLUSH : AIO_LOCK;
-  case AIO_LOCK:
-    if (a->op == S4K_OP_READ)
-      return AIO_READ;
-    if (a->op == S4K_OP_TRIM)
-      return AIO_TRIM;
-    if (a->s.head_cut || a->s.tail_cut)
-      return AIO_RMW_READ;
-    return a->op == S4K_OP_WRITE ? AIO_WRITE : AIO_ZERO;
-  case AIO_RMW_READ:
-    return a->op == S4K_OP_WRITE ? AIO_WRITE : AIO_ZERO;
-  case AIO_ZERO:
-    return AIO_WRITE;           /* the cut sectors, if any */
-  default:
-    return AIO_DONE;
-  }
-}
-
-/* Starts the current stage: 1 if it must be waited for, else its
- * result. */
-static int
-start_stage (struct s4k_aio *a)
-{
-  struct s4k_dev *d = a->d;
-  struct s4k_store_req *q = &a->req;
-
-  switch (a->stage) {
-  case AIO_LOCK:
-    if (!s4k_trylock (d->locks, a->s.lock_first, a->s.lock_last,
-                      a->op == S4K_OP_READ, &a->waiter))
-      return 1;
-    a->locked = true;
-    return 0;
-  case AIO_READ:
-    q->kind = S4K_REQ_READ;
-    q->n = read_pieces (d, a->buf, a->off, &a->s, a->cut, q->io);
-    break;
-  case AIO_RMW_READ:
-    rmw_reads (d, &a->s, a->cut, &a->m, &a->t);
-    q->kind = S4K_REQ_READ;
-    q->n = a->m.nrd;
-    memcpy (q->io, a->m.rd, sizeof a->m.rd);
-    break;
-  case AIO_WRITE:
-    q->kind = S4K_REQ_WRITE;
-    q->fua = a->flags & S4K_FUA;
-    if (a->op == S4K_OP_WRITE && !a->s.head_cut && !a->s.tail_cut) {
-      q->n = 1;
-      q->io[0] = (struct s4k_io) { a->buf, a->len, a->off };
-      a->t.store_write_bytes = a->len;
-      break;
-    }
-    /* A zero's cut sectors were merged in AIO_ZERO. */
-    if (a->op == S4K_OP_WRITE)
-      rmw_merge (d, a->buf, a->len, a->off, &a->s, "write", &a->m, &a->t);
-    if (!a->m.nwr)
-      return 0;
-    q->n = a->m.nwr;
-    memcpy (q->io, a->m.wr, sizeof a->m.wr);
-    break;
-  case AIO_ZERO:
-    rmw_merge (d, NULL, a->len, a->off, &a->s, "zero", &a->m, &a->t);
-    if (a->m.zero_start == a->m.zero_end)
-      return 0;
-    q->kind = S4K_REQ_ZERO;
-    q->fua = a->flags & S4K_FUA;
-    q->may_trim = a->flags & S4K_MAY_TRIM;
-    q->n = 1;
-    q->io[0] = (struct s4k_io) { NULL, a->m.zero_end - a->m.zero_start,
-                                 a->m.zero_start };
-    break;
-  case AIO_TRIM:
-    q->kind = S4K_REQ_TRIM;
-    q->fua = a->flags & S4K_FUA;
-    q->n = 1;
-    q->io[0] = (struct s4k_io) { NULL, a->s.mid_end - a->s.mid_start,
-                                 a->s.mid_start };
-    break;
-  case AIO_FLUSH:
-    q->kind = S4K_REQ_FLUSH;
-    q->n = 0;
-    break;
-  default:
-    abort ();
-  }
-  return d->store->ops->submit (d->store, q);
-}
-
-/* The request is over: unlock, hand over the cut bytes, count it. */
-static int
-aio_finish (struct s4k_aio *a, int r)
-{
-  struct s4k_dev *d = a->d;
-  if (a->locked) {
-    s4k_unlock (d->locks, a->s.lock_first, a->s.lock_last,
-                a->op == S4K_OP_READ);
-    a->locked = false;
-  }
-  if (r == 0 && a->op == S4K_OP_READ)
-    read_cut_copy (d, a->buf, a->len, a->off, &a->s, a->cut);
-  a->stage = AIO_DONE;
-  return counted (d, a->op, a->len, a->off, r, &a->t);
-}
-
-/* The current stage finished with r (or waits, r == 1): runs the next
- * ones until one must be waited for.  Returns 1 then, else the result. */
+/* Runs the plan from the stage that waited (with its result r). */
 static int
 aio_run (struct s4k_aio *a, int r)
 {
-  while (r == 0) {
-    a->stage = next_stage (a);
-    if (a->stage == AIO_DONE)
-      break;
-    r = start_stage (a);
-  }
-  return r == 1 ? 1 : aio_finish (a, r);
+  return run (a->d, &a->q, &a->sq, &a->waiter, a->q.stage, r);
 }
 
 /* Store I/O completed (on the loop's thread). */
 static void
-aio_store_done (struct s4k_store_req *q, int res)
+aio_store_done (struct s4k_store_req *sq, int res)
 {
-  struct s4k_aio *a = s4k_container_of (q, struct s4k_aio, req);
+  struct s4k_aio *a = s4k_container_of (sq, struct s4k_aio, sq);
   int r = aio_run (a, res);
   if (r != 1)
     a->done (a->opaque, r);
@@ -819,7 +786,7 @@ static void
 aio_lock_woken (struct s4k_lock_waiter *w)
 {
   struct s4k_aio *a = s4k_container_of (w, struct s4k_aio, waiter);
-  a->req.loop->post (a->req.loop, &a->retry);
+  a->sq.loop->post (a->sq.loop, &a->retry);
 }
 
 static void
@@ -827,7 +794,7 @@ aio_retry (struct s4k_completion *c, int res)
 {
   (void) res;
   struct s4k_aio *a = s4k_container_of (c, struct s4k_aio, retry);
-  int r = aio_run (a, start_stage (a));
+  int r = aio_run (a, 0);       /* the lock again */
   if (r != 1)
     a->done (a->opaque, r);
 }
@@ -842,11 +809,10 @@ s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop, s4k_aio_done_fn *done,
   a->d = d;
   a->done = done;
   a->opaque = opaque;
-  a->stage = AIO_DONE;
   a->waiter.wake = aio_lock_woken;
   a->retry.fn = aio_retry;
-  a->req.loop = loop;
-  a->req.done = aio_store_done;
+  a->sq.loop = loop;
+  a->sq.done = aio_store_done;
   return a;
 }
 
@@ -856,7 +822,7 @@ s4k_aio_free (struct s4k_aio *a)
   if (!a)
     return;
   free (a->cut);
-  free (a->req.bounce);
+  free (a->sq.bounce);
   free (a);
 }
 
@@ -865,30 +831,17 @@ aio_begin (struct s4k_aio *a, enum s4k_op op, void *buf, uint64_t len,
            uint64_t off, unsigned flags)
 {
   struct s4k_dev *d = a->d;
-  a->op = op;
-  a->buf = buf;
-  a->len = len;
-  a->off = off;
-  a->flags = flags;
-  a->t = (struct tally) { 0 };
-  a->stage = AIO_START;
-  a->locked = false;
-  if (op != S4K_OP_FLUSH) {
-    int r = plan (d, op, len, off, flags, &a->s, &a->t);
-    if (r) {
-      a->stage = AIO_DONE;
-      return counted (d, op, len, off, r == 1 ? 0 : r, &a->t);
-    }
-    /* Page-aligned, so O_DIRECT needs no bounce for the cut sectors
-     * (which a trim leaves alone). */
-    if (op != S4K_OP_TRIM && (a->s.head_cut || a->s.tail_cut) && !a->cut &&
-        posix_memalign ((void **) &a->cut, 4096, 2 * (size_t) d->g.physical)) {
-      a->cut = NULL;
-      a->stage = AIO_DONE;
-      return counted (d, op, len, off, -ENOMEM, &a->t);
-    }
+  int r = begin (d, &a->q, op, buf, len, off, flags);
+  /* Page-aligned, so O_DIRECT needs no bounce for the cut sectors. */
+  if (r == 0 && needs_cut (&a->q) && !a->cut &&
+      posix_memalign ((void **) &a->cut, 4096, 2 * (size_t) d->g.physical)) {
+    a->cut = NULL;
+    r = -ENOMEM;
   }
-  return aio_run (a, 0);
+  a->q.cut = a->cut;
+  if (r)
+    return counted (d, op, len, off, r == 1 ? 0 : r, a->q.t);
+  return run (d, &a->q, &a->sq, &a->waiter, ST_START, 0);
 }
 
 /* Stores without submit run the synchronous calls: they do not wait on
