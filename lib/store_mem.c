@@ -333,7 +333,16 @@ mem_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
     }
     else {
       memset (c + co, 0, n);
-      atomic_fetch_and (slot, ~sub_bits_of (m, co, n));
+      /* Only the sector bits wholly zeroed now (a bit may cover several
+       * sectors where pages are large); the clipped ends of the device
+       * count as covered. */
+      uint64_t zs = (s0 == lo ? cs : s0) - cs;
+      uint64_t ze = (s0 + n == hi ? ce : s0 + n) - cs;
+      uint64_t a = (zs + (1ull << m->sub_bits) - 1) >> m->sub_bits;
+      uint64_t b = ze >> m->sub_bits;
+      if (m->track && a < b)
+        atomic_fetch_and (slot, ~sub_bits_of (m, a << m->sub_bits,
+                                              (b - a) << m->sub_bits));
     }
   }
   return 0;

@@ -55,7 +55,13 @@ def block_status(h, length, off):
 
 def huge(front, start, label, size, L):
     t0 = time.monotonic()
-    with start("size=%d" % size) as srv:
+    try:
+        srv = start("size=%d" % size)
+    except RuntimeError as e:
+        ok(False, "%s %s: opens" % (front, label))
+        diag(e)
+        return
+    with srv:
         pid = srv.proc.pid
         h = connect(srv.uri)
         ok(h.get_size() == size, "%s %s: opens, size %d (%.2f s)"
