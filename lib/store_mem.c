@@ -1,14 +1,24 @@
 /* Sparse memory store.
  *
  * Data lives in chunks of max(physical, page size) bytes, placed so that
- * chunk boundaries are physical boundaries.  A two-level table (a lazily
- * mapped directory of 32-entry leaves) maps chunk numbers to chunks, so an
- * unwritten device costs almost nothing and a written chunk costs its own
- * size plus 8 bytes.  Chunks come from per-thread slabs, never from a
- * shared allocator lock, and are never freed while the store lives:
- * releasing one (zero or trim of the whole chunk) hands its pages back to
- * the kernel with MADV_DONTNEED and marks the slot, so readers and writers
- * of neighbouring sectors never touch freed memory.
+ * chunk boundaries are physical boundaries.  A radix tree maps chunk
+ * numbers to chunks: a root sized to the device (at most ROOT_MAX_BITS
+ * wide), then as many levels of 32-entry nodes as the device needs, the
+ * last of which (the leaves) hold the chunks.  Nodes are created only on
+ * the path to a written chunk, so an idle device of any size up to 2^63
+ * bytes costs the root alone, a hole is found without reading (or
+ * faulting in) any memory but the nodes that exist, and extents skip an
+ * absent subtree in one step.  Lookups are lock-free: atomic loads, and a
+ * CAS to install a node or chunk.  Chunks and nodes come from per-thread
+ * slabs, never from a shared allocator lock, and are never freed while
+ * the store lives, so close unmaps the slabs and nothing else: its cost
+ * follows the data.  Releasing a chunk (zero or trim of all of it) hands
+ * its pages back to the kernel with MADV_DONTNEED and marks the slot, so
+ * readers and writers of neighbouring sectors never touch freed memory.
+ *
+ * When a chunk holds several physical sectors (P < page size), bits of its
+ * slot say which were written since they last read as zeroes, so extents
+ * are reported at physical-sector granularity.
  *
  * Callers (the engine) hold the sector locks of every sector they touch,
  * and of every sector of a chunk they release. */
@@ -23,13 +33,20 @@
 
 #include "sect4k/sect4k.h"
 
-#define LEAF_ENTRIES 32u
+#define NODE_BITS 5u
+#define NODE_ENTRIES (1u << NODE_BITS)
+#define ROOT_MAX_BITS 12u         /* a root of at most 32 KiB */
 #define RELEASED ((uintptr_t) 1)  /* slot bit: chunk reads as zeroes */
+#define SUB_LOG 3u                /* 8 sector bits in a slot: bits 1..8 */
+#define SUB_SHIFT 1u
+#define SLOT_FLAGS (RELEASED | ((((uintptr_t) 1 << (1u << SUB_LOG)) - 1) \
+                                << SUB_SHIFT))
 #define SLAB_BYTES (2u << 20)
-#define MAX_DIR_BYTES (1ull << 40)
 
-struct leaf {
-  _Atomic uintptr_t slot[LEAF_ENTRIES];
+/* An interior node or a leaf: entries are nodes, or (in leaves) chunk
+ * addresses with the flags above. */
+struct node {
+  _Atomic uintptr_t e[NODE_ENTRIES];
 };
 
 struct slab {
@@ -43,9 +60,11 @@ struct mem_store {
   uint64_t size, shift;         /* shift: s4k_sector_shift */
   uint64_t chunk;               /* bytes, a power of two */
   unsigned chunk_bits;
-  uint64_t nleaves;
-  size_t dir_bytes, slab_bytes;
-  _Atomic (struct leaf *) *dir;
+  unsigned sub_bits;            /* log2 of the bytes one sector bit covers */
+  bool track;                   /* chunks hold several sector bits */
+  unsigned top_shift;           /* chunk number >> top_shift: root entry */
+  size_t root_len, slab_bytes;
+  _Atomic uintptr_t *root;
   _Atomic (struct slab *) slabs;
   _Atomic uint64_t data_bytes;
   uint64_t id;                  /* tells thread-local slabs apart */
@@ -53,10 +72,14 @@ struct mem_store {
 
 static _Atomic uint64_t next_store_id = 1;
 
-/* The slab this thread carves chunks from. */
+struct cursor {
+  char *next, *end;
+};
+
+/* The slabs this thread carves chunks and nodes from. */
 static _Thread_local __attribute__ ((tls_model ("initial-exec"))) struct {
   uint64_t store_id;
-  char *next, *end;
+  struct cursor chunks, nodes;
 } tl_slab;
 
 static void *
@@ -71,10 +94,16 @@ map_noreserve (size_t len)
   return p;
 }
 
-static char *
-alloc_chunk (struct mem_store *m)
+/* len bytes of zeroes (len divides the slab size) from this thread's
+ * slab c. */
+static void *
+carve (struct mem_store *m, struct cursor *c, size_t len)
 {
-  if (tl_slab.store_id != m->id || tl_slab.next == tl_slab.end) {
+  if (tl_slab.store_id != m->id) {
+    tl_slab.store_id = m->id;
+    tl_slab.chunks = tl_slab.nodes = (struct cursor) { NULL, NULL };
+  }
+  if (c->next == c->end) {
     struct slab *s = malloc (sizeof *s);
     void *base = map_noreserve (m->slab_bytes);
     if (!s || !base) {
@@ -88,74 +117,121 @@ alloc_chunk (struct mem_store *m)
     s->next = atomic_load (&m->slabs);
     while (!atomic_compare_exchange_weak (&m->slabs, &s->next, s))
       ;
-    tl_slab.store_id = m->id;
-    tl_slab.next = base;
-    tl_slab.end = (char *) base + m->slab_bytes;
+    c->next = base;
+    c->end = (char *) base + m->slab_bytes;
   }
-  char *p = tl_slab.next;
-  tl_slab.next += m->chunk;
+  char *p = c->next;
+  c->next += len;
   return p;
 }
 
-/* Gives back the chunk this thread allocated last. */
+/* Gives back what this thread carved last from c (still zeroes: the CAS
+ * that would have published it failed). */
 static void
-unalloc_chunk (struct mem_store *m, char *p)
+uncarve (struct mem_store *m, struct cursor *c, void *p, size_t len)
 {
-  if (tl_slab.store_id == m->id && tl_slab.next == p + m->chunk)
-    tl_slab.next = p;
+  if (tl_slab.store_id == m->id && c->next == (char *) p + len)
+    c->next = p;
 }
 
-static _Atomic uintptr_t *
-slot_of (struct mem_store *m, uint64_t ci, bool create)
+/* The leaf slot of chunk ci, or NULL if the tree has none; then *span is
+ * the number of chunks from ci on that the missing subtree covers.  (The
+ * root is never a leaf: the loop runs at least once.) */
+static inline _Atomic uintptr_t *
+slot_find (const struct mem_store *m, uint64_t ci, uint64_t *span)
 {
-  _Atomic (struct leaf *) *dp = &m->dir[ci / LEAF_ENTRIES];
-  struct leaf *leaf = atomic_load_explicit (dp, memory_order_acquire);
-  if (!leaf) {
-    if (!create)
+  unsigned sh = m->top_shift;
+  _Atomic uintptr_t *p = &m->root[ci >> sh];
+  do {
+    uintptr_t n = atomic_load_explicit (p, memory_order_acquire);
+    if (!n) {
+      *span = (((ci >> sh) + 1) << sh) - ci;
       return NULL;
-    struct leaf *fresh = calloc (1, sizeof *fresh);
-    if (!fresh)
+    }
+    sh -= NODE_BITS;
+    p = &((struct node *) n)->e[(ci >> sh) & (NODE_ENTRIES - 1)];
+  } while (sh);
+  return p;
+}
+
+/* Installs a node at *p, or finds the one another thread installed. */
+static __attribute__ ((noinline)) uintptr_t
+node_make (struct mem_store *m, _Atomic uintptr_t *p)
+{
+  uintptr_t n = 0;
+  struct node *fresh = carve (m, &tl_slab.nodes, sizeof *fresh);
+  if (!fresh)
+    return 0;
+  if (atomic_compare_exchange_strong (p, &n, (uintptr_t) fresh))
+    return (uintptr_t) fresh;
+  uncarve (m, &tl_slab.nodes, fresh, sizeof *fresh);
+  return n;
+}
+
+/* The leaf slot of chunk ci, creating the nodes on its path. */
+static inline _Atomic uintptr_t *
+slot_make (struct mem_store *m, uint64_t ci)
+{
+  unsigned sh = m->top_shift;
+  _Atomic uintptr_t *p = &m->root[ci >> sh];
+  do {
+    uintptr_t n = atomic_load_explicit (p, memory_order_acquire);
+    if (__builtin_expect (!n, 0) && !(n = node_make (m, p)))
       return NULL;
-    if (atomic_compare_exchange_strong (dp, &leaf, fresh))
-      leaf = fresh;
-    else
-      free (fresh);
-  }
-  return &leaf->slot[ci % LEAF_ENTRIES];
+    sh -= NODE_BITS;
+    p = &((struct node *) n)->e[(ci >> sh) & (NODE_ENTRIES - 1)];
+  } while (sh);
+  return p;
+}
+
+/* The sector bits of bytes [co, co+n) of a chunk (0 if not tracked). */
+static inline uintptr_t
+sub_bits_of (const struct mem_store *m, uint64_t co, uint64_t n)
+{
+  if (!m->track)
+    return 0;
+  unsigned a = co >> m->sub_bits, b = (co + n - 1) >> m->sub_bits;
+  return ((((uintptr_t) 2 << b) - ((uintptr_t) 1 << a))) << SUB_SHIFT;
 }
 
 /* The chunk's memory, or NULL if it reads as zeroes. */
-static char *
-chunk_for_read (struct mem_store *m, uint64_t ci)
+static inline char *
+chunk_for_read (const struct mem_store *m, uint64_t ci)
 {
-  _Atomic uintptr_t *slot = slot_of (m, ci, false);
+  uint64_t span;
+  _Atomic uintptr_t *slot = slot_find (m, ci, &span);
   uintptr_t e = slot ? atomic_load_explicit (slot, memory_order_acquire) : 0;
-  return (e & RELEASED) ? NULL : (char *) e;
+  return (e & RELEASED) ? NULL : (char *) (e & ~SLOT_FLAGS);
 }
 
+/* The chunk's memory, allocated if need be, with sector bits set. */
 static char *
-chunk_for_write (struct mem_store *m, uint64_t ci)
+chunk_for_write (struct mem_store *m, uint64_t ci, uintptr_t bits)
 {
-  _Atomic uintptr_t *slot = slot_of (m, ci, true);
+  _Atomic uintptr_t *slot = slot_make (m, ci);
   if (!slot)
     return NULL;
   uintptr_t e = atomic_load_explicit (slot, memory_order_acquire);
   if (e == 0) {
-    char *p = alloc_chunk (m);
+    char *p = carve (m, &tl_slab.chunks, m->chunk);
     if (!p)
       return NULL;
     if (atomic_compare_exchange_strong (slot, &e, (uintptr_t) p)) {
       atomic_fetch_add (&m->data_bytes, m->chunk);
-      return p;
+      e = (uintptr_t) p;
     }
-    unalloc_chunk (m, p);       /* a neighbour's writer installed one */
+    else                        /* a neighbour's writer installed one */
+      uncarve (m, &tl_slab.chunks, p, m->chunk);
   }
   if (e & RELEASED) {
     /* Released pages read back as zeroes, so the chunk is ready. */
     if (atomic_fetch_and (slot, ~RELEASED) & RELEASED)
       atomic_fetch_add (&m->data_bytes, m->chunk);
   }
-  return (char *) (e & ~RELEASED);
+  /* Writers of other sectors of the chunk set other bits. */
+  if ((e & bits) != bits)
+    atomic_fetch_or (slot, bits);
+  return (char *) (e & ~SLOT_FLAGS);
 }
 
 /* Walks [off, off+len) chunk by chunk. */
@@ -193,7 +269,7 @@ mem_write (struct s4k_store *s, const struct s4k_io *io, unsigned nio,
   for (unsigned i = 0; i < nio; i++) {
     const char *buf = io[i].buf;
     FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {
-      char *c = chunk_for_write (m, ci);
+      char *c = chunk_for_write (m, ci, sub_bits_of (m, co, n));
       if (!c)
         return -ENOMEM;
       memcpy (c + co, buf, n);
@@ -203,6 +279,33 @@ mem_write (struct s4k_store *s, const struct s4k_io *io, unsigned nio,
   return 0;
 }
 
+/* Walks [off, off+len) as FOR_EACH_CHUNK does, but a run of chunks with
+ * no slot is one step (slot NULL, n its bytes).  The body may continue
+ * or return, not break. */
+#define FOR_EACH_SLOT(m, off, len, ci, co, n, slot)                     \
+  for (uint64_t s_ = (off) + (m)->shift, e_ = s_ + (len), ci, co, n,    \
+         span_ = 1, once_; s_ < e_; s_ += n)                            \
+    for (_Atomic uintptr_t *slot = (ci = s_ >> (m)->chunk_bits,         \
+                                    co = s_ & ((m)->chunk - 1),         \
+                                    once_ = 1,                          \
+                                    slot_find ((m), ci, &span_));       \
+         once_ && (n = slot_extent ((m), s_, e_, co, slot ? 1 : span_), 1); \
+         once_ = 0)
+
+/* Bytes from shifted offset s (co into its chunk) to the end of the span
+ * chunks there, or to e. */
+static inline uint64_t
+slot_extent (const struct mem_store *m, uint64_t s, uint64_t e, uint64_t co,
+             uint64_t span)
+{
+  uint64_t left = e - s;
+  /* span << chunk_bits may not fit: compare in chunks first. */
+  if (span - 1 > (left + co - 1) >> m->chunk_bits)
+    return left;
+  uint64_t n = (span << m->chunk_bits) - co;
+  return n < left ? n : left;
+}
+
 /* Zeroes [off, off+len): whole chunks go back to the kernel. */
 static int
 mem_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
@@ -210,23 +313,37 @@ mem_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
 {
   struct mem_store *m = (struct mem_store *) s;
   (void) may_trim; (void) fua;
-  FOR_EACH_CHUNK (m, off, len, ci, co, n) {
-    _Atomic uintptr_t *slot = slot_of (m, ci, false);
+  FOR_EACH_SLOT (m, off, len, ci, co, n, slot) {
     uintptr_t e = slot ? atomic_load (slot) : 0;
     if (e == 0 || (e & RELEASED))
       continue;
+    char *c = (char *) (e & ~SLOT_FLAGS);
     /* The chunk's real extent: the first and last are clipped. */
     uint64_t cs = ci << m->chunk_bits, ce = cs + m->chunk;
     uint64_t lo = cs > m->shift ? cs : m->shift;
     uint64_t hi = ce < m->size + m->shift ? ce : m->size + m->shift;
     uint64_t s0 = cs + co;
     if (s0 <= lo && s0 + n >= hi) {
-      madvise ((void *) e, m->chunk, MADV_DONTNEED);
-      if (!(atomic_fetch_or (slot, RELEASED) & RELEASED))
+      madvise (c, m->chunk, MADV_DONTNEED);
+      /* The caller holds every sector of the chunk: nobody else writes
+       * this slot now. */
+      atomic_store (slot, (uintptr_t) c | RELEASED);
+      if (!(e & RELEASED))
         atomic_fetch_sub (&m->data_bytes, m->chunk);
     }
-    else
-      memset ((char *) e + co, 0, n);
+    else {
+      memset (c + co, 0, n);
+      /* Only the sector bits wholly zeroed now (a bit may cover several
+       * sectors where pages are large); the clipped ends of the device
+       * count as covered. */
+      uint64_t zs = (s0 == lo ? cs : s0) - cs;
+      uint64_t ze = (s0 + n == hi ? ce : s0 + n) - cs;
+      uint64_t a = (zs + (1ull << m->sub_bits) - 1) >> m->sub_bits;
+      uint64_t b = ze >> m->sub_bits;
+      if (m->track && a < b)
+        atomic_fetch_and (slot, ~sub_bits_of (m, a << m->sub_bits,
+                                              (b - a) << m->sub_bits));
+    }
   }
   return 0;
 }
@@ -244,28 +361,54 @@ mem_flush (struct s4k_store *s)
   return 0;
 }
 
+/* Runs of extents, merged before they are passed on. */
+struct run {
+  uint64_t start, len;
+  bool zero;
+  s4k_extent_fn *fn;
+  void *opaque;
+};
+
+/* Adds n bytes of kind zero; nonzero when fn says stop (or fails). */
+static int
+run_add (struct run *r, uint64_t n, bool zero)
+{
+  int ret = 0;
+  if (r->len && zero != r->zero) {
+    ret = r->fn (r->opaque, r->start, r->len, r->zero);
+    r->start += r->len;
+    r->len = 0;
+  }
+  r->zero = zero;
+  r->len += n;
+  return ret;
+}
+
 static int
 mem_extents (struct s4k_store *s, uint64_t len, uint64_t off,
              s4k_extent_fn *fn, void *opaque)
 {
   struct mem_store *m = (struct mem_store *) s;
-  uint64_t run_start = off, run_len = 0;
-  bool run_zero = false;
-  int r;
+  struct run run = { .start = off, .fn = fn, .opaque = opaque };
+  int r = 0;
 
-  FOR_EACH_CHUNK (m, off, len, ci, co, n) {
-    bool zero = chunk_for_read (m, ci) == NULL;
-    if (run_len && zero != run_zero) {
-      if ((r = fn (opaque, run_start, run_len, run_zero)) != 0)
-        return r < 0 ? r : 0;
-      run_start += run_len;
-      run_len = 0;
+  FOR_EACH_SLOT (m, off, len, ci, co, n, slot) {
+    uintptr_t e = slot ? atomic_load_explicit (slot, memory_order_acquire) : 0;
+    (void) ci;
+    if (e == 0 || (e & RELEASED) || !m->track)
+      r = run_add (&run, n, e == 0 || (e & RELEASED));
+    else {
+      /* Sector by sector (each bit covers 1 << sub_bits bytes). */
+      for (uint64_t at = co, end = co + n, k; !r && at < end; at += k) {
+        uint64_t next = ((at >> m->sub_bits) + 1) << m->sub_bits;
+        k = (next < end ? next : end) - at;
+        r = run_add (&run, k, !(e & sub_bits_of (m, at, k)));
+      }
     }
-    run_zero = zero;
-    run_len += n;
-    (void) co;
+    if (r)
+      return r < 0 ? r : 0;
   }
-  if (run_len && (r = fn (opaque, run_start, run_len, run_zero)) < 0)
+  if (run.len && (r = fn (opaque, run.start, run.len, run.zero)) < 0)
     return r;
   return 0;
 }
@@ -288,14 +431,13 @@ static void
 mem_close (struct s4k_store *s)
 {
   struct mem_store *m = (struct mem_store *) s;
+  /* Chunks and nodes all live in the slabs. */
   for (struct slab *sl = m->slabs, *next; sl; sl = next) {
     next = sl->next;
     munmap (sl->base, sl->len);
     free (sl);
   }
-  for (uint64_t i = 0; i < m->nleaves; i++)
-    free (m->dir[i]);
-  munmap ((void *) m->dir, m->dir_bytes);
+  free ((void *) m->root);
   free (m);
 }
 
@@ -319,15 +461,12 @@ s4k_mem_store_new (const struct s4k_geometry *g, char *err, size_t errlen)
   uint64_t chunk = g->physical > page ? g->physical : page;
   uint64_t shift = s4k_sector_shift (g);
   unsigned bits = __builtin_ctzll (chunk);
-  uint64_t nchunks = ((g->size + shift) >> bits) + 1;
-  uint64_t nleaves = (nchunks + LEAF_ENTRIES - 1) / LEAF_ENTRIES;
+  uint64_t last = (g->size + shift - 1) >> bits;   /* last chunk number */
+  unsigned ibits = last ? 64 - __builtin_clzll (last) : 1;
+  unsigned top = NODE_BITS;     /* at least the leaves */
+  while (ibits > top + ROOT_MAX_BITS)
+    top += NODE_BITS;
 
-  if (nleaves > MAX_DIR_BYTES / sizeof (void *)) {
-    snprintf (err, errlen, "size=%" PRIu64 ": too large for the memory "
-              "store (at most %" PRIu64 " bytes)", g->size,
-              (uint64_t) (MAX_DIR_BYTES / sizeof (void *) * LEAF_ENTRIES * chunk));
-    return NULL;
-  }
   struct mem_store *m = calloc (1, sizeof *m);
   if (!m) {
     snprintf (err, errlen, "memory store: out of memory");
@@ -338,18 +477,25 @@ s4k_mem_store_new (const struct s4k_geometry *g, char *err, size_t errlen)
   m->shift = shift;
   m->chunk = chunk;
   m->chunk_bits = bits;
-  m->nleaves = nleaves;
-  m->dir_bytes = nleaves * sizeof (void *);
+  /* One bit per physical sector, or per eighth of a chunk where a page
+   * holds more than eight sectors. */
+  m->sub_bits = __builtin_ctz (g->physical);
+  if (m->sub_bits + SUB_LOG < bits)
+    m->sub_bits = bits - SUB_LOG;
+  m->track = m->sub_bits < bits;
+  m->top_shift = top;
+  m->root_len = ((last >> top) + 1) * sizeof *m->root;
   m->slab_bytes = chunk > SLAB_BYTES ? chunk : SLAB_BYTES;
   m->id = atomic_fetch_add (&next_store_id, 1);
-  m->dir = map_noreserve (m->dir_bytes);
-  if (!m->dir) {
-    snprintf (err, errlen, "size=%" PRIu64 ": cannot map the memory store's "
-              "table of %zu bytes: %s", g->size, m->dir_bytes,
-              s4k_strerror (errno));
+  /* Written through now: a read fault on never-touched memory may cost a
+   * page each time (see DESIGN.md), and every lookup reads the root. */
+  m->root = malloc (m->root_len);
+  if (!m->root) {
+    snprintf (err, errlen, "memory store: out of memory");
     free (m);
     return NULL;
   }
+  memset ((void *) m->root, 0, m->root_len);
   return &m->base;
 }
 
