@@ -2,6 +2,9 @@
 #   make                 also builds ./sect4k-server and sect4k-server.1
 #   make fuzz            libFuzzer (clang) on the handshake/request parser
 #                        for FUZZ_TIME seconds (default 60)
+#   make fuzz-ci         CI's campaign (.ci/run): FUZZ_CI_TIME seconds (60)
+#                        from the corpus alone; fails on a crash and prints
+#                        the input (base64) for replay
 #   make bench-server    server vs nbdkit + plugin (fio, callgrind); part
 #                        of `make bench`
 
@@ -13,7 +16,7 @@ SERVER_HDRS := $(wildcard server/*.h)
 # Replays the fuzz regression corpus in `make check` (no clang needed).
 FUZZ_REPLAY := $(B)/server/fuzz-replay
 
-.PHONY: fuzz bench bench-server install-server
+.PHONY: fuzz fuzz-ci bench bench-server install-server
 all: $(SERVER) $(SERVER_MAN) $(FUZZ_REPLAY)
 
 $(SERVER_OBJS) $(B)/server/fuzz.o: $(SERVER_HDRS)
@@ -52,6 +55,9 @@ fuzz: $(FUZZ_BIN)
 	  -artifact_prefix=$(FUZZ_DIR)/crashes/ -dict=server/fuzz.dict \
 	  $(FUZZ_DIR)/corpus tests/server/corpus
 	@echo "fuzz: new crashes (if any) are in $(FUZZ_DIR)/crashes; copy them to tests/server/corpus/ once fixed"
+FUZZ_CI_TIME ?= 60
+fuzz-ci: $(FUZZ_BIN)
+	server/fuzz-ci.sh $(FUZZ_BIN) $(FUZZ_CI_TIME)
 
 bench: bench-server
 bench-server: $(SERVER) $(PLUGIN)

@@ -188,6 +188,7 @@ struct s4k_store_req {
     struct s4k_store_req *req;
     char *buf;
     uint64_t off, left;
+    bool alloc;                    /* a write's fallocate comes first */
   } piece[S4K_REQ_PIECES];
   unsigned inflight;
   int err;

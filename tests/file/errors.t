@@ -131,8 +131,9 @@ h = nbd.NBD(); h.connect_uri(sys.argv[1])
 h.pwrite(b"k" * 65536, 0); h.flush()
 err = 0
 try:
-    for off in range(65536, 8 << 20, 1 << 20):
-        h.pwrite(b"z" * (1 << 20), off)
+    # Sector by sector: a failed write writes nothing, so this fills it.
+    for off in range(65536, 8 << 20, 4096):
+        h.pwrite(b"z" * 4096, off)
 except nbd.Error as e:
     err = e.errnum
 try:
