@@ -62,7 +62,7 @@ $(MANPAGE): plugin/nbdkit-sect4k-plugin.pod
 test-progs: $(TEST_PROGS)
 $(B)/tests/unit-%: tests/unit/%.c $(ENGINE_LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
+	$(CC) $(CFLAGS_ALL) -Itests -Ilib -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
 $(B)/tests/client-%: tests/plugin/%.c $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(LIBNBD_CFLAGS) -Itests -o $@ $< $(LDFLAGS_ALL) $(LIBNBD_LIBS)

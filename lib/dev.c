@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sect4k/sect4k.h"
+#include "store.h"
 #include "lock.h"
 #include "stats.h"
 #include "stats_save.h"

@@ -48,7 +48,7 @@
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
-#include "store_file.h"
+#include "store.h"
 
 #define RING_ENTRIES 16u
 #define MAX_PIECES 8u               /* pieces in one submission */

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
+#include "store.h"
 
 #define NODE_BITS 5u
 #define NODE_ENTRIES (1u << NODE_BITS)

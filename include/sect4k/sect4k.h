@@ -118,19 +118,6 @@ int s4k_parse_bool (const char *str, bool *out);
  * (which deadlocks nbdkit's exit under ASan once strerror has run). */
 const char *s4k_strerror (int errnum);
 
-/* ---- stores: whole physical sectors, no RMW ---------------------------- */
-
-/* One contiguous piece of I/O.  For store calls, off and off+len are
- * physical sector boundaries. */
-struct s4k_io {
-  void *buf;
-  uint64_t len;
-  uint64_t off;
-};
-
-typedef int s4k_extent_fn (void *opaque, uint64_t off, uint64_t len,
-                           bool zero);
-
 /* ---- event loops: how asynchronous requests reach a front end's ring --- */
 
 struct io_uring;
@@ -163,81 +150,6 @@ unsigned s4k_loop_reap (struct io_uring *ring);
  * oldest first: c->fn (c, 0) each. */
 void s4k_loop_run_posted (struct s4k_completion *newest);
 
-struct s4k_store;
-
-/* An asynchronous read, write, zero, trim or flush of whole physical
- * sectors (stores whose `async` is true).  Zero and trim cover io[0]
- * (buf NULL).  The engine fills the first part; the rest is the
- * store's. */
-#define S4K_REQ_PIECES 3
-struct s4k_store_req {
-  struct s4k_loop *loop;
-  enum { S4K_REQ_READ, S4K_REQ_WRITE, S4K_REQ_ZERO, S4K_REQ_TRIM,
-         S4K_REQ_FLUSH } kind;
-  bool fua;
-  bool may_trim;                   /* zero: may free the sectors */
-  struct s4k_io io[S4K_REQ_PIECES];
-  unsigned n;
-  /* Called on the loop's thread once every piece has finished, unless
-   * submit returned the result at once. */
-  void (*done) (struct s4k_store_req *r, int res);
-  /* The store's own. */
-  struct s4k_store *store;
-  struct s4k_store_piece {
-    struct s4k_completion c;
-    struct s4k_store_req *req;
-    char *buf;
-    uint64_t off, left;
-    bool alloc;                    /* a write's fallocate comes first */
-  } piece[S4K_REQ_PIECES];
-  unsigned inflight;
-  int err;
-  void *bounce;                    /* malloc'd; freed with the request */
-  size_t bounce_len;
-};
-
-struct s4k_store_ops {
-  const char *name;
-  /* n pieces submitted together (an RMW reads head and tail at once). */
-  int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
-  int (*write) (struct s4k_store *s, const struct s4k_io *io, unsigned n,
-                bool fua);
-  /* Whole physical sectors. */
-  int (*zero) (struct s4k_store *s, uint64_t len, uint64_t off,
-               bool may_trim, bool fua);
-  int (*trim) (struct s4k_store *s, uint64_t len, uint64_t off, bool fua);
-  int (*flush) (struct s4k_store *s);
-  /* Calls fn for consecutive runs covering [off, off+len) (it may stop
-   * early, and may go past the end); zero = reads as zeroes (a hole). */
-  int (*extents) (struct s4k_store *s, uint64_t len, uint64_t off,
-                  s4k_extent_fn *fn, void *opaque);
-  /* True if zeroing whole sectors is cheap (fast-zero). */
-  bool (*can_fast_zero) (struct s4k_store *s);
-  /* Optional: true if the store can only be read (writes get EROFS). */
-  bool (*readonly) (const struct s4k_store *s);
-  /* Optional: one line on where the data lives and how it is reached. */
-  const char *(*info) (const struct s4k_store *s);
-  void (*close) (struct s4k_store *s);
-  /* With async: starts req on req->loop's ring.  Returns 1 if it is in
-   * flight (req->done follows), else its result (0 or -errno) now. */
-  int (*submit) (struct s4k_store *s, struct s4k_store_req *req);
-};
-struct s4k_store {
-  const struct s4k_store_ops *ops;
-  bool async;                      /* submit works: requests can go
-                                      through a ring */
-};
-
-struct s4k_store *s4k_mem_store_new (const struct s4k_geometry *g,
-                                     char *err, size_t errlen);
-/* File or block device store.  Sets *size to the device size it serves
- * (from the file when c->geom.size is 0). */
-struct s4k_store *s4k_file_store_new (const struct s4k_config *c,
-                                      uint64_t *size, char *err,
-                                      size_t errlen);
-/* Bytes of data memory held by a memory store (for tests). */
-uint64_t s4k_mem_store_bytes (struct s4k_store *s);
-
 /* ---- the device: geometry + RMW + per-sector locking over a store ------ */
 
 #define S4K_FUA        1u
@@ -250,10 +162,7 @@ typedef void s4k_debug_fn (void *opaque, const char *msg);
 
 struct s4k_dev;
 
-/* Takes ownership of store (closed on failure too). */
-int s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
-                 struct s4k_store *store, char *err, size_t errlen);
-/* Builds the store the config asks for (memory for now), then the device. */
+/* Builds the store the config asks for (memory or file=), then the device. */
 int s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
                   char *err, size_t errlen);
 /* Starts the device's background work (the periodic statistics saver).
@@ -286,9 +195,30 @@ int s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags);
 int s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags);
 int s4k_flush (struct s4k_dev *d);
 int s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off);
+/* Extents: fn gets consecutive runs covering [off, off+len) (it may stop
+ * early); zero = reads as zeroes (a hole). */
+typedef int s4k_extent_fn (void *opaque, uint64_t off, uint64_t len,
+                           bool zero);
 /* Runs are reported at logical granularity. */
 int s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
                  s4k_extent_fn *fn, void *opaque);
+
+/* The operations, as the statistics and refusals name them. */
+enum s4k_op {
+  S4K_OP_READ, S4K_OP_WRITE, S4K_OP_ZERO, S4K_OP_TRIM, S4K_OP_FLUSH,
+  S4K_OP_EXTENTS, S4K_OP_CACHE, S4K_NOPS
+};
+extern const char *const s4k_op_names[S4K_NOPS];
+
+/* True if strict mode refuses the request (EINVAL) because it breaks the
+ * advertised block-size constraints: offset or length not a multiple of
+ * the logical size, or a read or write longer than max-request. */
+bool s4k_refused (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
+                  uint64_t off);
+/* One line saying which rule the request broke. */
+void s4k_explain_refusal (const struct s4k_dev *d, enum s4k_op op,
+                          uint64_t len, uint64_t off, char *buf,
+                          size_t buflen);
 
 /* ---- asynchronous requests (event-loop front ends) -------------------- */
 
@@ -326,12 +256,6 @@ int s4k_aio_trim (struct s4k_aio *a, uint64_t len, uint64_t off,
 int s4k_aio_flush (struct s4k_aio *a);
 
 /* ---- statistics ------------------------------------------------------ */
-
-enum s4k_op {
-  S4K_OP_READ, S4K_OP_WRITE, S4K_OP_ZERO, S4K_OP_TRIM, S4K_OP_FLUSH,
-  S4K_OP_EXTENTS, S4K_OP_CACHE, S4K_NOPS
-};
-extern const char *const s4k_op_names[S4K_NOPS];
 
 /* Request sizes: bucket 0 is < 512 bytes, bucket i >= 1 is
  * [256 << i, 512 << i); the last bucket takes everything larger. */
@@ -373,16 +297,6 @@ struct s4k_stats {
   uint32_t offset_buckets;      /* buckets in use: P / offset_bucket */
   struct s4k_op_stats op[S4K_NOPS];
 };
-
-/* True if strict mode refuses the request (EINVAL) because it breaks the
- * advertised block-size constraints: offset or length not a multiple of
- * the logical size, or a read or write longer than max-request. */
-bool s4k_refused (const struct s4k_dev *d, enum s4k_op op, uint64_t len,
-                  uint64_t off);
-/* One line saying which rule the request broke. */
-void s4k_explain_refusal (const struct s4k_dev *d, enum s4k_op op,
-                          uint64_t len, uint64_t off, char *buf,
-                          size_t buflen);
 
 /* Sums every thread's counters. */
 void s4k_dev_stats (const struct s4k_dev *d, struct s4k_stats *out);

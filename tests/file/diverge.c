@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
+#include "store.h"
 #include "tap.h"
 
 /* Per geometry and store.  FUA and flushes are rare enough that the

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
-#include "store_file.h"
+#include "store.h"
 #include "tap.h"
 
 static const char *dir;

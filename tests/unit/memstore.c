@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
+#include "store.h"
 #include "tap.h"
 
 #define MAX_RUNS 64

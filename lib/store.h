@@ -1,0 +1,114 @@
+/* The store interface: private to the engine (lib/) and the tests that
+ * build stores.  Front ends use the device API in sect4k/sect4k.h.
+ *
+ * A store reads and writes whole physical sectors; the engine (dev.c) owns
+ * the RMW and holds the sector locks of every sector a store call
+ * touches. */
+#ifndef S4K_STORE_H
+#define S4K_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sect4k/sect4k.h"
+
+/* One contiguous piece of I/O.  For store calls, off and off+len are
+ * physical sector boundaries. */
+struct s4k_io {
+  void *buf;
+  uint64_t len;
+  uint64_t off;
+};
+
+struct s4k_store;
+
+/* An asynchronous read, write, zero, trim or flush of whole physical
+ * sectors (stores whose `async` is true).  Zero and trim cover io[0]
+ * (buf NULL).  The engine fills the first part; the rest is the
+ * store's. */
+#define S4K_REQ_PIECES 3
+struct s4k_store_req {
+  struct s4k_loop *loop;
+  enum { S4K_REQ_READ, S4K_REQ_WRITE, S4K_REQ_ZERO, S4K_REQ_TRIM,
+         S4K_REQ_FLUSH } kind;
+  bool fua;
+  bool may_trim;                   /* zero: may free the sectors */
+  struct s4k_io io[S4K_REQ_PIECES];
+  unsigned n;
+  /* Called on the loop's thread once every piece has finished, unless
+   * submit returned the result at once. */
+  void (*done) (struct s4k_store_req *r, int res);
+  /* The store's own. */
+  struct s4k_store *store;
+  struct s4k_store_piece {
+    struct s4k_completion c;
+    struct s4k_store_req *req;
+    char *buf;
+    uint64_t off, left;
+    bool alloc;                    /* a write's fallocate comes first */
+  } piece[S4K_REQ_PIECES];
+  unsigned inflight;
+  int err;
+  void *bounce;                    /* malloc'd; freed with the request */
+  size_t bounce_len;
+};
+
+struct s4k_store_ops {
+  const char *name;
+  /* n pieces submitted together (an RMW reads head and tail at once). */
+  int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
+  int (*write) (struct s4k_store *s, const struct s4k_io *io, unsigned n,
+                bool fua);
+  /* Whole physical sectors. */
+  int (*zero) (struct s4k_store *s, uint64_t len, uint64_t off,
+               bool may_trim, bool fua);
+  int (*trim) (struct s4k_store *s, uint64_t len, uint64_t off, bool fua);
+  int (*flush) (struct s4k_store *s);
+  /* Calls fn for consecutive runs covering [off, off+len) (it may stop
+   * early, and may go past the end); zero = reads as zeroes (a hole). */
+  int (*extents) (struct s4k_store *s, uint64_t len, uint64_t off,
+                  s4k_extent_fn *fn, void *opaque);
+  /* True if zeroing whole sectors is cheap (fast-zero). */
+  bool (*can_fast_zero) (struct s4k_store *s);
+  /* Optional: true if the store can only be read (writes get EROFS). */
+  bool (*readonly) (const struct s4k_store *s);
+  /* Optional: one line on where the data lives and how it is reached. */
+  const char *(*info) (const struct s4k_store *s);
+  void (*close) (struct s4k_store *s);
+  /* With async: starts req on req->loop's ring.  Returns 1 if it is in
+   * flight (req->done follows), else its result (0 or -errno) now. */
+  int (*submit) (struct s4k_store *s, struct s4k_store_req *req);
+};
+struct s4k_store {
+  const struct s4k_store_ops *ops;
+  bool async;                      /* submit works: requests can go
+                                      through a ring */
+};
+
+struct s4k_store *s4k_mem_store_new (const struct s4k_geometry *g,
+                                     char *err, size_t errlen);
+/* File or block device store.  Sets *size to the device size it serves
+ * (from the file when c->geom.size is 0). */
+struct s4k_store *s4k_file_store_new (const struct s4k_config *c,
+                                      uint64_t *size, char *err,
+                                      size_t errlen);
+/* Bytes of data memory held by a memory store (for tests). */
+uint64_t s4k_mem_store_bytes (struct s4k_store *s);
+
+/* A device over a store built by the caller. */
+/* Takes ownership of store (closed on failure too). */
+int s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
+                 struct s4k_store *store, char *err, size_t errlen);
+
+/* File store queries for the tests (front ends use s4k_dev_readonly and
+ * s4k_dev_store_info). */
+/* One line saying how the store serves, e.g. "file=/x/disk.img: regular
+ * file, 1073741824 bytes, io_uring, buffered, read-write". */
+const char *s4k_file_store_info (const struct s4k_store *s);
+/* True if the store was opened read-only (asked for, or the file cannot
+ * be opened for writing); writes then fail with EROFS. */
+bool s4k_file_store_readonly (const struct s4k_store *s);
+/* True if reads and writes go through io_uring, false for pread/pwrite. */
+bool s4k_file_store_uring (const struct s4k_store *s);
+
+#endif
