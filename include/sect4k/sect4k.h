@@ -228,9 +228,9 @@ void s4k_explain_refusal (const struct s4k_dev *d, enum s4k_op op,
  * wait on a disk. */
 bool s4k_dev_async (const struct s4k_dev *d);
 
-/* A slot for one asynchronous request at a time, bound to one loop (and
- * used only on its thread).  On such a thread, use these for every
- * request that takes sector locks (read, write, zero, trim): the
+/* An aio handle runs one asynchronous request at a time, bound to one
+ * loop (and used only on its thread).  On such a thread, use these for
+ * every request that takes sector locks (read, write, zero, trim): the
  * synchronous calls would sleep on a lock that a request in flight on
  * the same loop holds, and never wake.  Cache and extents take no lock
  * and are only synchronous. */
@@ -242,7 +242,7 @@ struct s4k_aio *s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop,
 void s4k_aio_free (struct s4k_aio *a);
 /* Each returns 1 if the request is in flight: done (opaque, r) then runs
  * later on the loop's thread, and the buffer must stay as it is until
- * then; done is the engine's last use of the slot, so it may free it.
+ * then; done is the engine's last use of the handle, so it may free it.
  * Otherwise it returns the result (0 or -errno, as the synchronous
  * calls) and done is not called.  A request waiting for a sector lock
  * holds none, so requests of one thread never deadlock each other. */
