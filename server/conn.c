@@ -1028,6 +1028,7 @@ conn_init (struct conn *c, const struct server_cfg *cfg, const char *name,
   c->cfg = cfg;
   c->name = name;
   c->state = ST_CLIENT_FLAGS;
+  c->credit = CONN_TURN_BYTES;
   if (loop && s4k_dev_async (cfg->dev))
     c->loop = loop;             /* slots' aios are created on first use */
   c->in = malloc (CONN_IN_SIZE);
@@ -1056,6 +1057,16 @@ conn_free (struct conn *c)
   free (c->payload.p);
   free (c->out.p);
   c->in = c->payload.p = c->out.p = NULL;
+}
+
+int64_t
+conn_turn (struct conn *c)
+{
+  c->yielded = false;
+  c->credit = c->credit < 0 ? c->credit + CONN_TURN_BYTES : CONN_TURN_BYTES;
+  int64_t before = c->credit;
+  conn_process (c);
+  return before - c->credit;
 }
 
 void
@@ -1164,6 +1175,11 @@ conn_process (struct conn *c)
     case ST_REQUEST:
       if (avail < 28)
         goto need_more;
+      /* Answers to a server shutting down cost nothing: not limited. */
+      if (c->credit <= 0 && !c->stopping) {
+        c->yielded = true;
+        return;
+      }
       if (get32 (in) != NBD_REQUEST_MAGIC) {
         hang_up (c, "bad request magic");
         return;
@@ -1176,6 +1192,8 @@ conn_process (struct conn *c)
       if (!handle_request (c))
         return;                 /* the header waits for a free slot */
       c->in_head += 28;
+      c->credit -= CONN_REQ_COST + (c->req.length < CONN_MAX_COST ?
+                                    c->req.length : CONN_MAX_COST);
       break;
 
     case ST_PAYLOAD: {
