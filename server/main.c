@@ -51,6 +51,8 @@ usage (FILE *f)
 "      --max-connections N    open connections at most (default 128)\n"
 "      --handshake-timeout S  drop clients still negotiating after S seconds\n"
 "                             (default 10)\n"
+"      --idle-timeout S       close connections that receive and send\n"
+"                             nothing for S seconds (default 0: never)\n"
 "      --stats FILE           write request counts at exit (- for stderr)\n"
 "  -v, --verbose              log connections and refused requests\n"
 "  -h, --help                 this text\n"
@@ -224,7 +226,8 @@ write_stats (const char *file, const struct server *s)
 int
 main (int argc, char **argv)
 {
-  enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_STATS };
+  enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_STATS,
+         OPT_IDLE_TIMEOUT };
   static const struct option longopts[] = {
     { "unix", required_argument, NULL, 'U' },
     { "listen", required_argument, NULL, 'l' },
@@ -234,6 +237,7 @@ main (int argc, char **argv)
     { "threads", required_argument, NULL, 't' },
     { "max-connections", required_argument, NULL, OPT_MAX_CONN },
     { "handshake-timeout", required_argument, NULL, OPT_HS_TIMEOUT },
+    { "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
     { "stats", required_argument, NULL, OPT_STATS },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
@@ -276,6 +280,11 @@ main (int argc, char **argv)
     case OPT_HS_TIMEOUT:
       if (parse_uint ("--handshake-timeout", optarg, 1, 3600,
                       &s.handshake_timeout) == -1)
+        return 1;
+      break;
+    case OPT_IDLE_TIMEOUT:
+      if (parse_uint ("--idle-timeout", optarg, 0, 86400,
+                      &s.idle_timeout) == -1)
         return 1;
       break;
     case OPT_STATS: stats_file = optarg; break;
