@@ -952,7 +952,8 @@ handle_request (struct conn *c)
   char msg[256];
   int err = check_request (c, rq, msg, sizeof msg);
   struct slot *s = NULL;
-  if (!err && !c->stopping && c->loop && engine_cmd (c, rq) &&
+  const bool shutdown = c->stopping || c->eshutdown;
+  if (!err && !shutdown && c->loop && engine_cmd (c, rq) &&
       !(s = slot_get (c)))
     return false;
   if (rq->type < NBD_CMD_COUNT)
@@ -971,12 +972,16 @@ handle_request (struct conn *c)
     reply_error (c, rq, err, msg);
     return true;
   }
-  if (c->stopping) {
-    reply_errorf (c, rq, ESHUTDOWN, "the server is shutting down");
+  if (shutdown) {
+    /* A write's reply only after its payload: libnbd takes a reply to
+     * a command it is still sending for a server bug. */
     if (rq->type == NBD_CMD_WRITE) {
       c->discard = rq->length;
+      c->discard_shutdown = true;
       c->state = ST_DISCARD;
     }
+    else
+      reply_errorf (c, rq, ESHUTDOWN, "the server is shutting down");
     return true;
   }
 
@@ -1176,7 +1181,7 @@ conn_process (struct conn *c)
       if (avail < 28)
         goto need_more;
       /* Answers to a server shutting down cost nothing: not limited. */
-      if (c->credit <= 0 && !c->stopping) {
+      if (c->credit <= 0 && !c->stopping && !c->eshutdown) {
         c->yielded = true;
         return;
       }
@@ -1220,8 +1225,13 @@ conn_process (struct conn *c)
       c->discard -= n;
       if (c->discard > 0)
         goto need_more;
-      if (c->transmission)
+      if (c->transmission) {
         c->state = ST_REQUEST;
+        if (c->discard_shutdown) {
+          c->discard_shutdown = false;
+          reply_errorf (c, &c->req, ESHUTDOWN, "the server is shutting down");
+        }
+      }
       else {
         c->state = ST_OPTION;
         opt_error (c, c->option, NBD_REP_ERR_TOO_BIG, "option data longer "

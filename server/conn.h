@@ -116,12 +116,15 @@ struct conn {
                                      payload (NULL: payload, inline) */
   size_t payload_have;
   uint64_t discard;               /* bytes still to discard */
+  bool discard_shutdown;          /* then reply ESHUTDOWN to c->req */
 
   bool transmission;              /* handshake finished */
   bool no_zeroes, structured, meta_allocation;
   bool refusal_logged;
   bool recv_payload;              /* the receive area is the payload */
   bool stopping;                  /* server shutdown: no new input */
+  bool eshutdown;                 /* server shutdown: requests still come
+                                     in, and get ESHUTDOWN */
   bool hangup;                    /* close without sending what is left */
   bool yielded;                   /* out of credit: call conn_turn later */
   int64_t credit;                 /* work left this turn (may go below 0) */

@@ -24,6 +24,13 @@
 
 #define RING_ENTRIES 256
 #define TICK_MS 100                 /* timeout checks */
+/* Shutdown: connections take requests (answered with ESHUTDOWN) until
+ * QUIET_MS pass without traffic or STOP_ANSWER_MS after the signal;
+ * then, their replies sent, the server half-closes and reads what the
+ * client still sends until it closes or is quiet as long, so that a
+ * client mid-send reads every reply instead of getting EPIPE. */
+#define QUIET_MS 300
+#define STOP_ANSWER_MS 2000
 /* Output buffers above this are freed once a tick passes without a
  * send: not after each send, as faulting in a fresh 32 MiB buffer for
  * every large read costs more than the read. */
@@ -44,6 +51,7 @@ struct sconn {
   bool closing;                     /* shut down; freed once ops finish */
   bool queued;                      /* in the worker's run queue */
   bool sent_this_tick;
+  bool draining;                    /* half-closed: input is dropped */
   struct obuf sending;              /* handed to the kernel */
   size_t sent;
   uint64_t deadline;                /* handshake must end by then (ms) */
@@ -68,6 +76,7 @@ struct worker {
   bool accept_busy, accept_retry;
   bool stopping;
   uint64_t stop_deadline, next_tick;
+  uint64_t answer_deadline;         /* requests get ESHUTDOWN until then */
   struct sconn *conns;
   /* Connections that yielded (conn.h, CONN_TURN_BYTES), run next turn
    * in order: the loop does not wait for events while there are any. */
@@ -253,8 +262,20 @@ kick (struct worker *w, struct sconn *sc)
       sc->recv_busy = true;
     }
   }
-  if (conn_done (c) && !c->inflight && !sc->send_busy && c->out.len == 0)
-    start_close (sc);
+  if (conn_done (c) && !c->inflight && !sc->send_busy && c->out.len == 0) {
+    if (!c->stopping || c->hangup)
+      start_close (sc);
+    else if (!sc->draining) {
+      sc->draining = true;
+      shutdown (sc->fd, SHUT_WR);
+    }
+  }
+  if (sc->draining && !sc->closing && !sc->recv_busy) {
+    struct io_uring_sqe *sqe = get_sqe (w);
+    io_uring_prep_recv (sqe, sc->fd, c->in, CONN_IN_SIZE, 0);
+    io_uring_sqe_set_data (sqe, &sc->recv_op);
+    sc->recv_busy = true;
+  }
   if (c->yielded && !sc->closing && !sc->queued) {
     sc->queued = true;
     sc->next_run = NULL;
@@ -303,7 +324,11 @@ on_recv (struct s4k_completion *op, int res)
   sc->recv_busy = false;
   if (res > 0)
     sc->active = now_ms ();
-  if (res > 0 && !sc->closing)
+  if (sc->draining) {
+    if (res <= 0)
+      start_close (sc);
+  }
+  else if (res > 0 && !sc->closing)
     conn_received (&sc->c, res);
   else if (res == -ECANCELED && sc->c.stopping)
     conn_process (&sc->c);      /* ends it: no partial request is served */
@@ -420,11 +445,25 @@ on_accept (struct s4k_completion *op, int res)
   kick (w, sc);
 }
 
+/* Shutdown: no more input for sc (a partly received request gets
+ * nothing); once its replies are sent, it half-closes (kick). */
+static void
+end_input (struct worker *w, struct sconn *sc)
+{
+  sc->c.stopping = true;
+  if (sc->recv_busy)
+    cancel_op (w, &sc->recv_op);
+  else
+    conn_process (&sc->c);
+}
+
 static void
 begin_stop (struct worker *w)
 {
+  uint64_t now = now_ms ();
   w->stopping = true;
-  w->stop_deadline = now_ms () + (uint64_t) w->s->shutdown_grace * 1000;
+  w->stop_deadline = now + (uint64_t) w->s->shutdown_grace * 1000;
+  w->answer_deadline = now + STOP_ANSWER_MS;
   if (w->accept_busy)
     cancel_op (w, &w->accept_op);
   for (struct sconn *sc = w->conns, *next; sc; sc = next) {
@@ -432,10 +471,8 @@ begin_stop (struct worker *w)
     if (conn_in_handshake (&sc->c))
       start_close (sc);
     else {
-      sc->c.stopping = true;
-      if (sc->recv_busy)
-        cancel_op (w, &sc->recv_op);
-      else
+      sc->c.eshutdown = true;
+      if (!sc->recv_busy)
         conn_process (&sc->c);
     }
     kick (w, sc);
@@ -483,8 +520,22 @@ tick (struct worker *w)
       free_big (&sc->c.out, false);
     }
     sc->sent_this_tick = false;
+    bool quiet = !sc->c.inflight && !sc->send_busy && sc->c.out.len == 0 &&
+                 now - sc->active >= QUIET_MS;
     if (w->stopping && now >= w->stop_deadline)
       start_close (sc);
+    else if (w->stopping && sc->draining) {
+      if (!quiet)
+        continue;
+      start_close (sc);
+    }
+    else if (w->stopping && !sc->c.stopping) {
+      if (!quiet && now < w->answer_deadline)
+        continue;
+      end_input (w, sc);
+    }
+    else if (w->stopping)
+      continue;
     else if (conn_in_handshake (&sc->c) && now >= sc->deadline) {
       log_msg ("%s: handshake not finished after %u s: connection dropped",
                sc->name, w->s->handshake_timeout);
