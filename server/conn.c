@@ -962,6 +962,23 @@ engine_cmd (const struct conn *c, const struct nbd_request *rq)
   }
 }
 
+/* Answers rq with err.  A write's reply waits until its payload is read
+ * and dropped: a client reads replies while it sends, and libnbd takes a
+ * reply to a command it is still sending for a server bug. */
+static void
+refuse (struct conn *c, const struct nbd_request *rq, int err,
+        const char *msg)
+{
+  if (rq->type != NBD_CMD_WRITE) {
+    reply_error (c, rq, err, msg);
+    return;
+  }
+  c->discard = rq->length;
+  c->discard_err = err;
+  snprintf (c->discard_msg, sizeof c->discard_msg, "%s", msg);
+  c->state = ST_DISCARD;
+}
+
 /* A complete request header is in c->req.  Returns false, with nothing
  * done, if it must wait until a slot finishes (or after hanging up). */
 static bool
@@ -972,7 +989,8 @@ handle_request (struct conn *c)
   char msg[256];
   int err = check_request (c, rq, msg, sizeof msg);
   struct slot *s = NULL;
-  if (!err && !c->stopping && c->loop && engine_cmd (c, rq) &&
+  const bool shutdown = c->stopping || c->eshutdown;
+  if (!err && !shutdown && c->loop && engine_cmd (c, rq) &&
       !(s = slot_get (c)))
     return false;
   if (rq->type < NBD_CMD_COUNT)
@@ -984,25 +1002,11 @@ handle_request (struct conn *c)
     }
     if (c->cfg->verbose || too_long (c, rq))
       log_msg ("%s: %s", c->name, msg);
-    if (rq->type == NBD_CMD_WRITE) {
-      /* The reply waits until the payload is read and dropped: a client
-       * reads replies while it sends, and must not take payload bytes
-       * for one. */
-      c->discard = rq->length;
-      c->discard_err = err;
-      snprintf (c->discard_msg, sizeof c->discard_msg, "%s", msg);
-      c->state = ST_DISCARD;
-      return true;
-    }
-    reply_error (c, rq, err, msg);
+    refuse (c, rq, err, msg);
     return true;
   }
-  if (c->stopping) {
-    reply_errorf (c, rq, ESHUTDOWN, "the server is shutting down");
-    if (rq->type == NBD_CMD_WRITE) {
-      c->discard = rq->length;
-      c->state = ST_DISCARD;
-    }
+  if (shutdown) {
+    refuse (c, rq, ESHUTDOWN, "the server is shutting down");
     return true;
   }
 
@@ -1058,6 +1062,7 @@ conn_init (struct conn *c, const struct server_cfg *cfg, const char *name,
   c->cfg = cfg;
   c->name = name;
   c->state = ST_CLIENT_FLAGS;
+  c->credit = CONN_TURN_BYTES;
   if (loop && s4k_dev_async (cfg->dev))
     c->loop = loop;             /* slots' aios are created on first use */
   c->in = malloc (CONN_IN_SIZE);
@@ -1086,6 +1091,16 @@ conn_free (struct conn *c)
   free (c->payload.p);
   free (c->out.p);
   c->in = c->payload.p = c->out.p = NULL;
+}
+
+int64_t
+conn_turn (struct conn *c)
+{
+  c->yielded = false;
+  c->credit = c->credit < 0 ? c->credit + CONN_TURN_BYTES : CONN_TURN_BYTES;
+  int64_t before = c->credit;
+  conn_process (c);
+  return before - c->credit;
 }
 
 void
@@ -1194,6 +1209,11 @@ conn_process (struct conn *c)
     case ST_REQUEST:
       if (avail < 28)
         goto need_more;
+      /* Answers to a server shutting down cost nothing: not limited. */
+      if (c->credit <= 0 && !c->stopping && !c->eshutdown) {
+        c->yielded = true;
+        return;
+      }
       if (get32 (in) != NBD_REQUEST_MAGIC) {
         end_input (c, "bad request magic");
         return;
@@ -1206,6 +1226,8 @@ conn_process (struct conn *c)
       if (!handle_request (c))
         return;                 /* the header waits for a free slot */
       c->in_head += 28;
+      c->credit -= CONN_REQ_COST + (c->req.length < CONN_MAX_COST ?
+                                    c->req.length : CONN_MAX_COST);
       break;
 
     case ST_PAYLOAD: {

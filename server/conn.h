@@ -37,6 +37,13 @@
 /* Slot buffers above this are freed after use, and so are those that
  * would make the kept ones hold more than CONN_INFLIGHT_BYTES. */
 #define CONN_SLOT_KEEP    (1u << 20)
+/* Fairness: the work a connection starts per turn of the event loop,
+ * counted as request bytes (read, written, zeroed, ...; at most
+ * CONN_MAX_COST per request) plus CONN_REQ_COST per request.  Counting
+ * reply bytes is not enough: a read of a hole gets a tiny reply. */
+#define CONN_TURN_BYTES   (8u << 20)
+#define CONN_REQ_COST     4096u
+#define CONN_MAX_COST     (64u << 20)
 
 /* Settings shared by every connection; read-only once serving. */
 struct server_cfg {
@@ -120,8 +127,8 @@ struct conn {
                                      payload (NULL: payload, inline) */
   size_t payload_have;
   uint64_t discard;               /* bytes still to discard */
-  int discard_err;                /* a refused write's errno, replied once
-                                     its payload is dropped (else 0) */
+  int discard_err;                /* its errno, replied once the payload
+                                     is dropped (else 0) */
   char discard_msg[256];          /* and its message */
 
   bool transmission;              /* handshake finished */
@@ -129,7 +136,11 @@ struct conn {
   bool refusal_logged;
   bool recv_payload;              /* the receive area is the payload */
   bool stopping;                  /* server shutdown: no new input */
+  bool eshutdown;                 /* server shutdown: requests still come
+                                     in, and get ESHUTDOWN */
   bool hangup;                    /* close without sending what is left */
+  bool yielded;                   /* out of credit: call conn_turn later */
+  int64_t credit;                 /* work left this turn (may go below 0) */
 
   struct obuf out;                /* replies not yet handed to the socket */
   struct conn_stats stats;
@@ -164,6 +175,10 @@ void conn_recv_area (struct conn *c, uint8_t **p, size_t *len);
 void conn_received (struct conn *c, size_t n);
 /* Parses and runs what is complete (after output was drained). */
 void conn_process (struct conn *c);
+/* A new turn of the event loop for a connection that yielded: its
+ * credit grows by CONN_TURN_BYTES (to at most that), then conn_process.
+ * Returns the work done (credit used). */
+int64_t conn_turn (struct conn *c);
 /* The socket is closing: parse and start nothing more (requests in
  * flight still finish; free only once c->inflight is 0). */
 void conn_close (struct conn *c);

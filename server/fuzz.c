@@ -584,7 +584,7 @@ run (uint8_t mode, bool slots, size_t piece_len, const uint8_t *data,
       break;
     if (mode & 64 || round++ % 2)       /* the "socket" drains the output */
       drain (&ps, a, &c.out);
-    conn_process (&c);
+    conn_turn (&c);             /* a turn of the loop */
     if (lp) {
       drive (lp, &c);
       check_slots (&c, scfg.maximum);
@@ -592,6 +592,8 @@ run (uint8_t mode, bool slots, size_t piece_len, const uint8_t *data,
     }
     conn_recv_area (&c, &p, &len);
     if (len == 0) {
+      if (c.yielded)
+        continue;               /* its next turn goes on */
       if (conn_done (&c) || c.out.len == 0) {
         /* Nothing in flight, nothing to send: not wanting input then
          * would leave the client waiting forever. */

@@ -24,7 +24,17 @@
 
 #define RING_ENTRIES 256
 #define TICK_MS 100                 /* timeout checks */
-#define BIG_BUFFER (4u << 20)       /* output buffers above this are freed */
+/* Shutdown: connections take requests (answered with ESHUTDOWN) until
+ * QUIET_MS pass without traffic or STOP_ANSWER_MS after the signal;
+ * then, their replies sent, the server half-closes and reads what the
+ * client still sends until it closes or is quiet as long, so that a
+ * client mid-send reads every reply instead of getting EPIPE. */
+#define QUIET_MS 300
+#define STOP_ANSWER_MS 2000
+/* Output buffers above this are freed once a tick passes without a
+ * send: not after each send, as faulting in a fresh 32 MiB buffer for
+ * every large read costs more than the read. */
+#define BIG_BUFFER (4u << 20)
 
 /* Every ring operation's user data is the s4k_completion it embeds (the
  * engine's convention, so its store I/O shares the ring);
@@ -39,11 +49,16 @@ struct sconn {
   struct s4k_completion recv_op, send_op;
   bool recv_busy, send_busy;
   bool closing;                     /* shut down; freed once ops finish */
+  bool queued;                      /* in the worker's run queue */
+  bool sent_this_tick;
+  bool draining;                    /* half-closed: input is dropped */
   struct obuf sending;              /* handed to the kernel */
   size_t sent;
   uint64_t deadline;                /* handshake must end by then (ms) */
+  uint64_t active;                  /* last byte received or sent (ms) */
   char name[64];
   struct sconn *prev, *next;
+  struct sconn *next_run;
 };
 
 struct worker {
@@ -61,7 +76,12 @@ struct worker {
   bool accept_busy, accept_retry;
   bool stopping;
   uint64_t stop_deadline, next_tick;
+  uint64_t answer_deadline;         /* requests get ESHUTDOWN until then */
   struct sconn *conns;
+  /* Connections that yielded (conn.h, CONN_TURN_BYTES), run next turn
+   * in order: the loop does not wait for events while there are any. */
+  struct sconn *runq, **runq_tail;
+  unsigned runq_len;
   struct conn_stats stats;
   uint64_t accepted, refused;
   int init_error;                   /* set before the thread signals ready */
@@ -179,7 +199,8 @@ start_close (struct sconn *sc)
 static void
 free_if_idle (struct worker *w, struct sconn *sc)
 {
-  if (!sc->closing || sc->recv_busy || sc->send_busy || sc->c.inflight)
+  if (!sc->closing || sc->recv_busy || sc->send_busy || sc->c.inflight ||
+      sc->queued)
     return;
   if (w->s->cfg.verbose)
     log_msg ("%s: closed", sc->name);
@@ -227,6 +248,7 @@ kick (struct worker *w, struct sconn *sc)
     c->out = t;
     c->out.len = 0;
     sc->sent = 0;
+    sc->sent_this_tick = true;
     send_rest (w, sc);
   }
   if (!sc->recv_busy && !conn_done (c)) {
@@ -240,10 +262,50 @@ kick (struct worker *w, struct sconn *sc)
       sc->recv_busy = true;
     }
   }
-  if (conn_done (c) && !c->inflight && !sc->send_busy && c->out.len == 0)
-    start_close (sc);
+  if (conn_done (c) && !c->inflight && !sc->send_busy && c->out.len == 0) {
+    if (!c->stopping || c->hangup)
+      start_close (sc);
+    else if (!sc->draining) {
+      sc->draining = true;
+      shutdown (sc->fd, SHUT_WR);
+    }
+  }
+  if (sc->draining && !sc->closing && !sc->recv_busy) {
+    struct io_uring_sqe *sqe = get_sqe (w);
+    io_uring_prep_recv (sqe, sc->fd, c->in, CONN_IN_SIZE, 0);
+    io_uring_sqe_set_data (sqe, &sc->recv_op);
+    sc->recv_busy = true;
+  }
+  if (c->yielded && !sc->closing && !sc->queued) {
+    sc->queued = true;
+    sc->next_run = NULL;
+    *w->runq_tail = sc;
+    w->runq_tail = &sc->next_run;
+    w->runq_len++;
+  }
   if (sc->closing)
     free_if_idle (w, sc);
+}
+
+/* New turns for the connections that yielded, oldest first, until
+ * about CONN_TURN_BYTES of work is done: the rest wait until the ring
+ * has been looked at again, so one large request at a time stands
+ * between a new request and its turn. */
+static void
+run_yielded (struct worker *w)
+{
+  int64_t work = 0;
+  for (unsigned n = w->runq_len; n > 0 && work < CONN_TURN_BYTES; n--) {
+    struct sconn *sc = w->runq;
+    w->runq = sc->next_run;
+    if (!w->runq)
+      w->runq_tail = &w->runq;
+    w->runq_len--;
+    sc->queued = false;
+    if (!sc->closing)
+      work += conn_turn (&sc->c);
+    kick (w, sc);               /* may queue it again, at the end */
+  }
 }
 
 /* conn.c's wake: one of its requests in flight finished. */
@@ -260,7 +322,13 @@ on_recv (struct s4k_completion *op, int res)
   struct sconn *sc = s4k_container_of (op, struct sconn, recv_op);
   struct worker *w = sc->w;
   sc->recv_busy = false;
-  if (res > 0 && !sc->closing)
+  if (res > 0)
+    sc->active = now_ms ();
+  if (sc->draining) {
+    if (res <= 0)
+      start_close (sc);
+  }
+  else if (res > 0 && !sc->closing)
     conn_received (&sc->c, res);
   else if (res == -ECANCELED && sc->c.stopping)
     conn_process (&sc->c);      /* ends it: no partial request is served */
@@ -288,15 +356,12 @@ on_send (struct s4k_completion *op, int res)
     return;
   }
   sc->sent += res;
+  sc->active = now_ms ();
   if (sc->sent < sc->sending.len && !sc->closing) {
     send_rest (w, sc);
     return;
   }
   sc->sending.len = 0;
-  if (sc->sending.cap > BIG_BUFFER) {
-    free (sc->sending.p);
-    sc->sending = (struct obuf) { NULL, 0, 0 };
-  }
   conn_process (&sc->c);        /* output had room again */
   kick (w, sc);
 }
@@ -338,7 +403,8 @@ on_accept (struct s4k_completion *op, int res)
   sc->fd = fd;
   sc->recv_op.fn = on_recv;
   sc->send_op.fn = on_send;
-  sc->deadline = now_ms () + (uint64_t) s->handshake_timeout * 1000;
+  sc->active = now_ms ();
+  sc->deadline = sc->active + (uint64_t) s->handshake_timeout * 1000;
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   if (s->tcp && getpeername (fd, (struct sockaddr *) &ss, &sl) == 0) {
@@ -379,11 +445,25 @@ on_accept (struct s4k_completion *op, int res)
   kick (w, sc);
 }
 
+/* Shutdown: no more input for sc (a partly received request gets
+ * nothing); once its replies are sent, it half-closes (kick). */
+static void
+end_input (struct worker *w, struct sconn *sc)
+{
+  sc->c.stopping = true;
+  if (sc->recv_busy)
+    cancel_op (w, &sc->recv_op);
+  else
+    conn_process (&sc->c);
+}
+
 static void
 begin_stop (struct worker *w)
 {
+  uint64_t now = now_ms ();
   w->stopping = true;
-  w->stop_deadline = now_ms () + (uint64_t) w->s->shutdown_grace * 1000;
+  w->stop_deadline = now + (uint64_t) w->s->shutdown_grace * 1000;
+  w->answer_deadline = now + STOP_ANSWER_MS;
   if (w->accept_busy)
     cancel_op (w, &w->accept_op);
   for (struct sconn *sc = w->conns, *next; sc; sc = next) {
@@ -391,10 +471,8 @@ begin_stop (struct worker *w)
     if (conn_in_handshake (&sc->c))
       start_close (sc);
     else {
-      sc->c.stopping = true;
-      if (sc->recv_busy)
-        cancel_op (w, &sc->recv_op);
-      else
+      sc->c.eshutdown = true;
+      if (!sc->recv_busy)
         conn_process (&sc->c);
     }
     kick (w, sc);
@@ -414,6 +492,15 @@ on_wake (struct s4k_completion *op, int res)
 }
 
 static void
+free_big (struct obuf *b, bool busy)
+{
+  if (!busy && b->len == 0 && b->cap > BIG_BUFFER) {
+    free (b->p);
+    *b = (struct obuf) { NULL, 0, 0 };
+  }
+}
+
+static void
 tick (struct worker *w)
 {
   uint64_t now = now_ms ();
@@ -428,11 +515,36 @@ tick (struct worker *w)
     next = sc->next;
     if (sc->closing)
       continue;
+    if (!sc->sent_this_tick) {
+      free_big (&sc->sending, sc->send_busy);
+      free_big (&sc->c.out, false);
+    }
+    sc->sent_this_tick = false;
+    bool quiet = !sc->c.inflight && !sc->send_busy && sc->c.out.len == 0 &&
+                 now - sc->active >= QUIET_MS;
     if (w->stopping && now >= w->stop_deadline)
       start_close (sc);
+    else if (w->stopping && sc->draining) {
+      if (!quiet)
+        continue;
+      start_close (sc);
+    }
+    else if (w->stopping && !sc->c.stopping) {
+      if (!quiet && now < w->answer_deadline)
+        continue;
+      end_input (w, sc);
+    }
+    else if (w->stopping)
+      continue;
     else if (conn_in_handshake (&sc->c) && now >= sc->deadline) {
       log_msg ("%s: handshake not finished after %u s: connection dropped",
                sc->name, w->s->handshake_timeout);
+      start_close (sc);
+    }
+    else if (w->s->idle_timeout && !sc->c.inflight &&
+             now - sc->active >= (uint64_t) w->s->idle_timeout * 1000) {
+      log_msg ("%s: nothing received or sent for %u s: connection closed "
+               "(--idle-timeout)", sc->name, w->s->idle_timeout);
       start_close (sc);
     }
     else
@@ -466,11 +578,12 @@ worker_main (void *arg)
     return NULL;
 
   current_worker = w;
+  w->runq_tail = &w->runq;
   arm_wake (w);
   arm_accept (w);
   while (!w->stopping || w->conns || w->accept_busy) {
     struct io_uring_cqe *cqe;
-    struct __kernel_timespec ts = { 0, TICK_MS * 1000000LL };
+    struct __kernel_timespec ts = { 0, w->runq ? 0 : TICK_MS * 1000000LL };
     r = io_uring_submit_and_wait_timeout (&w->ring, &cqe, 1, &ts, NULL);
     if (r < 0 && r != -ETIME && r != -EINTR) {
       log_msg ("io_uring_submit_and_wait: %s", s4k_strerror (-r));
@@ -479,6 +592,7 @@ worker_main (void *arg)
     s4k_loop_reap (&w->ring);   /* cancel requests carry NULL */
     tick (w);
     run_posted (w);
+    run_yielded (w);
   }
   io_uring_queue_exit (&w->ring);
   return NULL;

@@ -52,6 +52,8 @@ usage (FILE *f)
 "      --max-connections N    open connections at most (default 128)\n"
 "      --handshake-timeout S  drop clients still negotiating after S seconds\n"
 "                             (default 10)\n"
+"      --idle-timeout S       close connections that receive and send\n"
+"                             nothing for S seconds (default 0: never)\n"
 "      --nbd-stats FILE       write connection and NBD request counts at\n"
 "                             exit (- for stderr; stats= is the device's)\n"
 "  -v, --verbose              log connections and refused requests\n"
@@ -270,7 +272,7 @@ int
 main (int argc, char **argv)
 {
   enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_NBD_STATS,
-         OPT_OLD_STATS };
+         OPT_OLD_STATS, OPT_IDLE_TIMEOUT };
   static const struct option longopts[] = {
     { "unix", required_argument, NULL, 'U' },
     { "listen", required_argument, NULL, 'l' },
@@ -280,6 +282,7 @@ main (int argc, char **argv)
     { "threads", required_argument, NULL, 't' },
     { "max-connections", required_argument, NULL, OPT_MAX_CONN },
     { "handshake-timeout", required_argument, NULL, OPT_HS_TIMEOUT },
+    { "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
     { "nbd-stats", required_argument, NULL, OPT_NBD_STATS },
     { "stats", required_argument, NULL, OPT_OLD_STATS },
     { "verbose", no_argument, NULL, 'v' },
@@ -326,6 +329,11 @@ main (int argc, char **argv)
     case OPT_HS_TIMEOUT:
       if (parse_uint ("--handshake-timeout", optarg, 1, 3600,
                       &s.handshake_timeout) == -1)
+        return 1;
+      break;
+    case OPT_IDLE_TIMEOUT:
+      if (parse_uint ("--idle-timeout", optarg, 0, 86400,
+                      &s.idle_timeout) == -1)
         return 1;
       break;
     case OPT_OLD_STATS:

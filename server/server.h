@@ -14,6 +14,7 @@ struct server {
   unsigned threads;                 /* event-loop threads, one ring each */
   unsigned max_connections;
   unsigned handshake_timeout;       /* seconds */
+  unsigned idle_timeout;            /* seconds, 0: none */
   unsigned shutdown_grace;          /* seconds to flush replies on exit */
   atomic_uint connections;          /* open now */
   struct conn_stats stats;          /* summed when serve returns */

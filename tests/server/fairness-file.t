@@ -1,0 +1,4 @@
+#!/bin/sh
+# fairness.t against the file store (file=): the reads go through the
+# request slots and the event loop's ring.
+SECT4K_STORE=file exec "$(dirname "$0")/fairness.t"

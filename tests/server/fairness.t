@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""Fairness: connections that pipeline 32 MiB reads of never-written
+space with structured replies (each answered by a tiny hole chunk, so
+no reply backlog ever stops them) must not take over the event loop.
+A well-behaved client's sequential 4 KiB reads are still answered
+promptly, the queued requests of a client that has gone are dropped,
+and SIGTERM still stops the server.  One event-loop thread, so every
+connection shares it."""
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tap import ok, diag, done_testing, need_nbd  # noqa: E402
+import srvlib  # noqa: E402
+from srvlib import Server, greet, send_opt, recv_opt_reply, go, recv_exact  # noqa: E402
+
+nbd = need_nbd()
+srvlib.need_server()
+
+BIG = 32 << 20
+HDR = struct.pack(">IHHQQI", 0x25609513, 0, 0, 1, 0, BIG)   # 32 MiB read
+BOUND = 30          # seconds to exit after SIGTERM or to serve after floods
+# A hole reply to a 32 MiB read is one 32-byte chunk; while the good
+# client waits for each read, every flood gets about one request done.
+PER_READ = 16
+served = [0]        # flood replies received (bytes / 32)
+
+
+def hostile(srv):
+    """A raw connection with structured replies, ready to pipeline."""
+    s = srv.connect_raw()
+    greet(s)
+    send_opt(s, 8)                          # NBD_OPT_STRUCTURED_REPLY
+    recv_opt_reply(s)
+    go(s)
+    return s
+
+
+def flood(s, stop):
+    """Sends read headers as fast as the server takes them, and drains
+    the replies, until stop is set or the server closes."""
+    def drain():
+        try:
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                served[0] += len(b) / 32
+        except OSError:
+            pass
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    batch = HDR * 64
+    try:
+        while not stop.is_set():
+            s.sendall(batch)
+    except OSError:
+        pass
+
+
+def good_reads(srv, n=100):
+    """Seconds for n sequential 4 KiB reads by libnbd, or None."""
+    h = nbd.NBD()
+    t = time.monotonic()
+    try:
+        h.connect_uri(srv.uri)
+        for i in range(n):
+            h.pread(4096, i * 4096)
+            if time.monotonic() - t > 600:      # a server that never answers
+                return None
+        return time.monotonic() - t
+    except nbd.Error as e:
+        diag("the well-behaved client failed: %s" % e)
+        return None
+
+
+def main():
+    with Server("size=1G", options=["--threads", "1"]) as srv:
+        stop = threading.Event()
+        socks = [hostile(srv) for _ in range(4)]
+        threads = [threading.Thread(target=flood, args=(s, stop), daemon=True)
+                   for s in socks]
+        for t in threads:
+            t.start()
+        time.sleep(1)                       # let the backlogs build
+        before = served[0]
+        took = good_reads(srv)
+        during = served[0] - before
+        diag("100 reads of 4 KiB beside 4 flooding connections: %s s, "
+             "while the floods got %d reads done"
+             % ("failed" if took is None else "%.2f" % took, during))
+        # Counted, not timed: how long a read takes depends on the load.
+        ok(took is not None and during <= 100 * 4 * PER_READ,
+           "a well-behaved client's 100 reads are served between the floods' "
+           "requests (%d of theirs, at most %d)" % (during, 100 * 4 * PER_READ))
+
+        # SIGTERM with the floods still going: acts, and the server exits.
+        t = time.monotonic()
+        srv.proc.send_signal(15)
+        try:
+            st = srv.proc.wait(timeout=60)
+        except Exception:
+            st = "hung"
+        took = time.monotonic() - t
+        diag("exit %.2f s after SIGTERM" % took)
+        ok(st == 0 and took < BOUND,
+           "SIGTERM under the floods: exit 0 within %d s (%s)" % (BOUND, st))
+        stop.set()
+        for s in socks:
+            s.close()
+
+    with Server("size=1G", options=["--threads", "1"]) as srv:
+        # 100 headers, then gone: their work is dropped, not done.
+        gone = []
+        for _ in range(4):
+            s = hostile(srv)
+            s.sendall(HDR * 100)
+            s.shutdown(socket.SHUT_RDWR)
+            s.close()
+            gone.append(s)
+        took = good_reads(srv)
+        diag("100 reads after 4 clients left 100 queued 32 MiB reads each: %s s"
+             % ("failed" if took is None else "%.2f" % took))
+        ok(took is not None and took < BOUND,
+           "the work queued by clients that left is dropped (%d s)" % BOUND)
+
+
+main()
+done_testing()
