@@ -606,8 +606,11 @@ run (uint8_t mode, bool slots, size_t piece_len, const uint8_t *data,
     size_t n = len < piece_len ? len : piece_len;
     if (n > size)
       n = size;
-    if (n == 0)
+    if (n == 0) {
+      if (c.yielded)
+        continue;               /* the input is all here: finish it */
       break;
+    }
     memcpy (p, data, n);
     data += n;
     size -= n;
