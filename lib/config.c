@@ -294,7 +294,7 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
   }
   /* Nobody reads the counters unless one of these asks: then the data
    * path does not keep them. */
-  c->stats_count = c->statsfile || c->stats_summary;
+  c->stats_count = c->statsfile || c->stats_summary || c->fault.control;
   if (c->stats_interval && !c->statsfile) {
     snprintf (err, errlen, "stats-interval=%" PRIu32 ": needs statsfile=",
               c->stats_interval);

@@ -412,8 +412,8 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
     if (r)
       break;
   }
-  fprintf (fp, "\n ],\n \"kept\": %u, \"reverted\": %u, \"torn\": %u, "
-           "\"unreadable\": %u}\n", counts[0], counts[1], counts[2],
+  fprintf (fp, "\n ],\n \"outcomes\": {\"kept\": %u, \"reverted\": %u, "
+           "\"torn\": %u, \"unreadable\": %u}}\n", counts[0], counts[1], counts[2],
            counts[3]);
   /* Whatever failed, the power is off: nothing unflushed survives. */
   while (f->oldest)
