@@ -455,6 +455,41 @@ after_cut (struct s4k_fault *f)
 
 /* ---- store operations -------------------------------------------------- */
 
+/* Dirty sectors from the cache, runs of the others from the store. */
+static int
+read_cached (struct s4k_fault *f, const struct s4k_io *io, unsigned n)
+{
+  if (!f->dirty_sectors)
+    return f->inner->ops->read (f->inner, io, n);
+  for (unsigned i = 0; i < n; i++) {
+    char *buf = io[i].buf;
+    uint64_t run = io[i].off, st, end;           /* run: [run, st) */
+    for (uint64_t k = sector_of (f, io[i].off),
+         last = sector_of (f, io[i].off + io[i].len - 1); k <= last; k++) {
+      s4k_sector_range (&f->g, k, &st, &end);
+      struct entry *e = lookup (f, k);
+      if (!e)
+        continue;
+      if (run < st) {
+        const struct s4k_io p = { buf + (run - io[i].off), st - run, run };
+        int r = f->inner->ops->read (f->inner, &p, 1);
+        if (r)
+          return r;
+      }
+      memcpy (buf + (st - io[i].off), e->data, end - st);
+      run = end;
+    }
+    if (run < io[i].off + io[i].len) {
+      const struct s4k_io p = { buf + (run - io[i].off),
+                                io[i].off + io[i].len - run, run };
+      int r = f->inner->ops->read (f->inner, &p, 1);
+      if (r)
+        return r;
+    }
+  }
+  return 0;
+}
+
 static int
 fault_read (struct s4k_store *s, const struct s4k_io *io, unsigned n)
 {
@@ -472,20 +507,7 @@ fault_read (struct s4k_store *s, const struct s4k_io *io, unsigned n)
         break;
       }
   if (r == 0)
-    r = f->inner->ops->read (f->inner, io, n);
-  /* The dirty sectors over the durable ones. */
-  for (unsigned i = 0; r == 0 && f->dirty_sectors && i < n; i++) {
-    char *buf = io[i].buf;
-    for (uint64_t k = sector_of (f, io[i].off),
-         last = sector_of (f, io[i].off + io[i].len - 1); k <= last; k++) {
-      struct entry *e = lookup (f, k);
-      if (e) {
-        uint64_t st, end;
-        s4k_sector_range (&f->g, k, &st, &end);
-        memcpy (buf + (st - io[i].off), e->data, end - st);
-      }
-    }
-  }
+    r = read_cached (f, io, n);
   pthread_mutex_unlock (&f->m);
   return r;
 }
