@@ -645,6 +645,7 @@ static void
 fault_close (struct s4k_store *s)
 {
   struct s4k_fault *f = (struct s4k_fault *) s;
+  control_close (f->control);   /* open if the layer failed to start */
   /* A clean shutdown is not a power cut: the cache is written back. */
   flush_locked (f);
   f->inner->ops->close (f->inner);
