@@ -172,6 +172,30 @@ def power_cut(name, srv, ctlpath, plugin):
     new.shutdown()
 
 
+def cut_after(name, srv, report):
+    h = connect(srv.uri)
+    h.pwrite(b"\x55" * 4096, 0)
+    h.pwrite(b"\x66" * 4096, 4096)
+    got = errno_of(lambda: h.pwrite(b"\x77" * 512, 8192))
+    ok(got == "EIO", "%s: power-cut-after=3: the third write fails with EIO "
+       "(%s)" % (name, got))
+    ok(errno_of(lambda: h.pread(512, 0)) != 0,
+       "%s: ... and the connection is cut off" % name)
+    new = connect(srv.uri)
+    ok(new.pread(4096, 0) == b"\x55" * 4096 and
+       new.pread(4096, 4096) == b"\x66" * 4096 and
+       new.pread(4096, 8192) == bytes(4096),
+       "%s: a new connection sees the first two writes, not the cut one"
+       % name)
+    with open(report) as f:
+        rep = json.load(f)
+    ok(rep["trigger"] == "power-cut-after" and
+       [(x["lba"], x["outcome"]) for x in rep["sectors"]] == [(16, "reverted")],
+       "%s: the report names the cut write's physical sector (LBAs 16-23)"
+       % name)
+    new.shutdown()
+
+
 def main():
     for name, make, plugin in (
             ("nbdkit", lambda *a: Nbdkit(*a), True),
@@ -192,6 +216,11 @@ def main():
             control(name, srv, ctlpath)
             power_cut(name, srv, ctlpath, plugin)
             diag(srv.log()[-2000:]) if False else None
+        report = os.path.join(d, "cut.json")
+        with make("size=1M", "model=512e", "power-cut-after=3", "torn=none",
+                  "cut-report=" + report) as srv:
+            cut_after(name, srv, report)
+        os.unlink(report)
         os.rmdir(d)
     done_testing()
 
