@@ -35,7 +35,8 @@ const char s4k_config_help[] =
   "stats-interval=SECS   Seconds between statsfile updates (default 0:\n"
   "                      at exit only).\n"
   "stats=BOOL            Print a statistics summary to stderr at exit\n"
-  "                      (default false).\n";
+  "                      (default false).\n"
+  S4K_FAULT_HELP;
 
 struct preset {
   const char *name;
@@ -230,6 +231,9 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
     }
   }
   else {
+    int r = s4k_fault_config_set (&c->fault, key, value, err, errlen);
+    if (r != 1)
+      return r;
     snprintf (err, errlen, "%s=%s: unknown parameter (see --help)",
               key, value);
     return -1;
@@ -290,7 +294,7 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
   }
   /* Nobody reads the counters unless one of these asks: then the data
    * path does not keep them. */
-  c->stats_count = c->statsfile || c->stats_summary;
+  c->stats_count = c->statsfile || c->stats_summary || c->fault.control;
   if (c->stats_interval && !c->statsfile) {
     snprintf (err, errlen, "stats-interval=%" PRIu32 ": needs statsfile=",
               c->stats_interval);
@@ -300,5 +304,5 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
     snprintf (err, errlen, "direct=true: needs file=");
     return -1;
   }
-  return 0;
+  return s4k_fault_config_finish (&c->fault, g, err, errlen);
 }

@@ -9,6 +9,7 @@
 
 #include "sect4k/sect4k.h"
 #include "store.h"
+#include "fault.h"
 #include "lock.h"
 #include "stats.h"
 #include "stats_save.h"
@@ -29,6 +30,7 @@ struct s4k_dev {
   void *debug_opaque;
   struct stats_state stats;
   struct stats_saver saver;
+  struct s4k_fault *fault;      /* the fault layer over the store, or NULL */
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -79,6 +81,12 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     store->ops->close (store);
     return -ENOMEM;
   }
+  if (c->fault.on &&
+      !(store = fault_wrap (store, c, &d->fault, err, errlen))) {
+    s4k_locks_free (d->locks);
+    free (d);
+    return -EINVAL;
+  }
   d->g = c->geom;
   d->max_request = c->max_request;
   d->strict = c->strict;
@@ -115,6 +123,8 @@ void
 s4k_dev_start (struct s4k_dev *d)
 {
   stats_saver_start (&d->saver);
+  if (d->fault)
+    fault_start (d->fault, d);
 }
 
 void
@@ -123,6 +133,8 @@ s4k_dev_close (struct s4k_dev *d)
   if (!d)
     return;
   stats_saver_close (&d->saver);
+  if (d->fault)
+    fault_stop (d->fault);
   d->store->ops->close (d->store);
   s4k_locks_free (d->locks);
   stats_free (&d->stats);
@@ -133,6 +145,12 @@ void
 s4k_dev_stats (const struct s4k_dev *d, struct s4k_stats *out)
 {
   stats_sum ((struct stats_state *) &d->stats, out);
+}
+
+struct s4k_fault *
+dev_fault (const struct s4k_dev *d)
+{
+  return d->fault;
 }
 
 const struct s4k_geometry *

@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,9 @@ struct stats_block {
   struct stats_block *next;
   struct op_counters op[S4K_NOPS];
 };
+
+_Thread_local __attribute__ ((tls_model ("initial-exec")))
+  struct fault_tally fault_tally;
 
 static _Atomic uint64_t next_stats_id = 1;
 static _Thread_local __attribute__ ((tls_model ("initial-exec"))) struct {
@@ -73,6 +77,10 @@ stats_count (struct stats_state *st, const struct s4k_geometry *g,
   add (&c->requests, 1);
   if (result)
     add (&c->errors, 1);
+  if (result == -EIO && fault_tally.bad_sector_hit)
+    add (&c->bad_sector_errors, 1);
+  add (&c->bad_sectors_cleared, fault_tally.bad_sectors_cleared);
+  fault_tally = (struct fault_tally) { 0 };
   if (op == S4K_OP_FLUSH)
     return;
   add (&c->bytes, len);

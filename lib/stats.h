@@ -28,6 +28,15 @@ struct tally {
   uint64_t rmw_sectors, rmw_read_bytes, store_write_bytes;
 };
 
+/* What the fault layer (lib/fault.c) saw during the thread's current
+ * request, taken by its stats_count. */
+struct fault_tally {
+  bool bad_sector_hit;          /* the request failed on a bad sector */
+  uint64_t bad_sectors_cleared;
+};
+extern _Thread_local __attribute__ ((tls_model ("initial-exec")))
+  struct fault_tally fault_tally;
+
 void stats_init (struct stats_state *st, const struct s4k_geometry *g);
 void stats_free (struct stats_state *st);
 void stats_count (struct stats_state *st, const struct s4k_geometry *g,

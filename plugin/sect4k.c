@@ -19,9 +19,12 @@ NBDKIT_DLL_PUBLIC int sect4k_debug_rmw = 0;
 static struct s4k_config cfg;
 static struct s4k_dev *dev;
 static char description[256];   /* the export description, set once */
+static bool faults;             /* fault keys given: power cuts may happen */
 
 struct handle {
   bool refused_once;            /* strict refusals are logged once */
+  bool cut_logged;
+  unsigned epoch;               /* power cuts before the connection opened */
 };
 
 static void
@@ -75,6 +78,7 @@ sect4k_get_ready (void)
   }
   if (sect4k_debug_rmw)
     s4k_dev_set_debug (dev, S4K_DEBUG_RMW, log_debug, NULL);
+  faults = cfg.fault.on;
   /* Before any connection: the threads then only read it. */
   s4k_dev_describe (dev, description, sizeof description);
   nbdkit_debug ("sect4k: %s, size %" PRIu64, description,
@@ -111,7 +115,29 @@ sect4k_open (int readonly)
   struct handle *h = calloc (1, sizeof *h);
   if (!h)
     nbdkit_error ("calloc: out of memory");
+  else if (faults)
+    h->epoch = s4k_dev_power_cuts (dev);
   return h;
+}
+
+/* nbdkit 1.32 cannot drop a connection: after a power cut, every request
+ * on one opened before it fails with EIO instead, and the engine refuses
+ * its writes still in flight (s4k_fault_epoch). */
+static bool
+cut_off (struct handle *h)
+{
+  if (!faults)
+    return false;
+  s4k_fault_epoch (h->epoch);
+  if (h->epoch == s4k_dev_power_cuts (dev))
+    return false;
+  if (!h->cut_logged) {
+    h->cut_logged = true;
+    nbdkit_error ("power cut: this connection was opened before it; every "
+                  "request on it fails with EIO, reconnect");
+  }
+  nbdkit_set_error (EIO);
+  return true;
 }
 
 static void
@@ -194,6 +220,8 @@ static int
 sect4k_pread (void *h, void *buf, uint32_t count, uint64_t offset,
               uint32_t flags)
 {
+  if (cut_off (h))
+    return -1;
   (void) flags;
   return result (h, s4k_read (dev, buf, count, offset), S4K_OP_READ, count, offset);
 }
@@ -210,6 +238,8 @@ static int
 sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
                uint32_t flags)
 {
+  if (cut_off (h))
+    return -1;
   return result (h, s4k_write (dev, buf, count, offset, engine_flags (flags)),
                  S4K_OP_WRITE, count, offset);
 }
@@ -217,6 +247,8 @@ sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
 static int
 sect4k_zero (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
+  if (cut_off (h))
+    return -1;
   return result (h, s4k_zero (dev, count, offset, engine_flags (flags)),
                  S4K_OP_ZERO, count, offset);
 }
@@ -224,6 +256,8 @@ sect4k_zero (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 static int
 sect4k_trim (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
+  if (cut_off (h))
+    return -1;
   return result (h, s4k_trim (dev, count, offset, engine_flags (flags)),
                  S4K_OP_TRIM, count, offset);
 }
@@ -231,6 +265,8 @@ sect4k_trim (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 static int
 sect4k_flush (void *h, uint32_t flags)
 {
+  if (cut_off (h))
+    return -1;
   (void) flags;
   return result (h, s4k_flush (dev), S4K_OP_FLUSH, 0, 0);
 }
@@ -238,6 +274,8 @@ sect4k_flush (void *h, uint32_t flags)
 static int
 sect4k_cache (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
+  if (cut_off (h))
+    return -1;
   (void) flags;
   return result (h, s4k_cache (dev, count, offset), S4K_OP_CACHE, count, offset);
 }
@@ -262,6 +300,8 @@ static int
 sect4k_extents (void *h, uint32_t count, uint64_t offset, uint32_t flags,
                 struct nbdkit_extents *extents)
 {
+  if (cut_off (h))
+    return -1;
   struct extents_ctx c = { extents, flags & NBDKIT_FLAG_REQ_ONE };
   return result (h, s4k_extents (dev, count, offset, add_extent, &c),
                  S4K_OP_EXTENTS, count, offset);

@@ -57,6 +57,7 @@ struct sconn {
   uint64_t deadline;                /* handshake must end by then (ms) */
   uint64_t active;                  /* last byte received or sent (ms) */
   char name[64];
+  unsigned epoch;                   /* power cuts before it connected */
   struct sconn *prev, *next;
   struct sconn *next_run;
 };
@@ -324,6 +325,7 @@ on_recv (struct s4k_completion *op, int res)
   sc->recv_busy = false;
   if (res > 0)
     sc->active = now_ms ();
+  s4k_fault_epoch (sc->epoch);      /* a power cut refuses its requests */
   if (sc->draining) {
     if (res <= 0)
       start_close (sc);
@@ -348,6 +350,7 @@ on_send (struct s4k_completion *op, int res)
   struct sconn *sc = s4k_container_of (op, struct sconn, send_op);
   struct worker *w = sc->w;
   sc->send_busy = false;
+  s4k_fault_epoch (sc->epoch);
   if (res < 0) {
     if (!sc->closing && res != -EPIPE && res != -ECONNRESET)
       log_msg ("%s: send: %s", sc->name, s4k_strerror (-res));
@@ -405,6 +408,7 @@ on_accept (struct s4k_completion *op, int res)
   sc->send_op.fn = on_send;
   sc->active = now_ms ();
   sc->deadline = sc->active + (uint64_t) s->handshake_timeout * 1000;
+  sc->epoch = s4k_dev_power_cuts (s->cfg.dev);
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   if (s->tcp && getpeername (fd, (struct sockaddr *) &ss, &sl) == 0) {
@@ -539,6 +543,10 @@ tick (struct worker *w)
     else if (conn_in_handshake (&sc->c) && now >= sc->deadline) {
       log_msg ("%s: handshake not finished after %u s: connection dropped",
                sc->name, w->s->handshake_timeout);
+      start_close (sc);
+    }
+    else if (sc->epoch != s4k_dev_power_cuts (w->s->cfg.dev)) {
+      log_msg ("%s: power cut: connection dropped", sc->name);
       start_close (sc);
     }
     else if (w->s->idle_timeout && !sc->c.inflight &&

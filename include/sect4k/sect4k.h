@@ -79,6 +79,22 @@ uint64_t s4k_lowest_aligned (const struct s4k_geometry *g);
 
 /* ---- configuration (shared key=value parser of plugin and server) ------ */
 
+/* Fault keys (write-cache=, power-cut-after=, torn=, seed=, cut-report=,
+ * bad-sectors=, control=): parsed by lib/fault_config.c. */
+enum s4k_torn { S4K_TORN_NONE, S4K_TORN_SECTOR, S4K_TORN_UNREADABLE };
+struct s4k_fault_config {
+  bool on;                    /* some key asks for the fault layer */
+  bool write_cache;
+  uint64_t write_cache_size;  /* bytes of volatile data (default 64M) */
+  uint64_t power_cut_after;   /* cut at the Nth write reaching the store */
+  enum s4k_torn torn;         /* default S4K_TORN_SECTOR */
+  bool have_torn, have_seed;
+  uint64_t seed;
+  const char *cut_report;     /* JSON report of each cut */
+  const char *bad_sectors;    /* LBA[-LBA],... as given */
+  const char *control;        /* control socket path */
+};
+
 struct s4k_config {
   struct s4k_geometry geom;
   uint32_t max_request;
@@ -99,6 +115,7 @@ struct s4k_config {
   bool stats_summary;         /* human summary to stderr at close */
   bool stats_count;           /* count requests: set by config_finish when
                                  statsfile= or stats= asks for them */
+  struct s4k_fault_config fault;
 };
 
 void s4k_config_init (struct s4k_config *c);
@@ -110,6 +127,33 @@ int s4k_config_set (struct s4k_config *c, const char *key, const char *value,
 int s4k_config_finish (struct s4k_config *c, char *err, size_t errlen);
 /* "key=VALUE  description (default ...)" lines for --help. */
 extern const char s4k_config_help[];
+/* The fault keys: 1 if key is not one of them, else 0 or -1 (err
+ * filled).  Called by s4k_config_set and s4k_config_finish. */
+int s4k_fault_config_set (struct s4k_fault_config *f, const char *key,
+                          const char *value, char *err, size_t errlen);
+int s4k_fault_config_finish (struct s4k_fault_config *f,
+                             const struct s4k_geometry *g,
+                             char *err, size_t errlen);
+/* Parses "LBA[-LBA][,LBA[-LBA]...]", calling fn for each range. */
+int s4k_parse_lba_list (const char *str,
+                        int (*fn) (void *opaque, uint64_t first,
+                                   uint64_t last),
+                        void *opaque);
+#define S4K_FAULT_HELP                                                       \
+  "write-cache=BOOL      Volatile write cache: writes are durable only after\n" \
+  "                      flush, FUA or destaging (default false).\n"        \
+  "write-cache-size=SIZE Volatile data at most (default 64M); the oldest\n" \
+  "                      dirty physical sectors are destaged beyond it.\n"  \
+  "power-cut-after=N     Cut the power at the Nth write reaching the store.\n" \
+  "torn=none|sector|unreadable  What a cut does to unflushed physical\n"    \
+  "                      sectors (default sector).\n"                       \
+  "seed=N                Seed of the cut outcomes (default: from the clock,\n" \
+  "                      written in the report).\n"                         \
+  "cut-report=PATH       Write a JSON report of each power cut.\n"          \
+  "bad-sectors=LBA[-LBA],...  Physical sectors holding these LBAs are bad:\n" \
+  "                      reads fail with EIO until a whole-sector write.\n" \
+  "control=PATH          Control socket (mode 0600): power-cut, bad, stats,\n" \
+  "                      status (see scripts/sect4k-ctl).\n"
 /* Parses nbdkit's size syntax: digits with optional b/k/M/G/T/P/E suffix
  * (powers of 1024).  Returns -1 if malformed or out of range. */
 int s4k_parse_size (const char *str, uint64_t *out);
@@ -281,7 +325,10 @@ int s4k_aio_flush (struct s4k_aio *a);
   X (rmw_read_bytes, "bytes the RMWs read")                                  \
   X (store_write_bytes, "bytes written to the store")                        \
   X (sectors_touched, "physical sectors the requests touched")               \
-  X (extra_sectors, "requests touching more sectors than their length needs")
+  X (extra_sectors, "requests touching more sectors than their length needs") \
+  /* Faults (bad-sectors=, the control socket). */                          \
+  X (bad_sector_errors, "requests failed with EIO by a bad sector")          \
+  X (bad_sectors_cleared, "bad physical sectors a whole-sector write, zero or trim repaired")
 
 struct s4k_op_stats {
 #define S4K_FIELD(name, description) uint64_t name;
@@ -306,5 +353,31 @@ int s4k_stats_write_json (const struct s4k_dev *d, FILE *fp);
 int s4k_stats_save (const struct s4k_dev *d, const char *path);
 /* The one-screen human summary. */
 void s4k_stats_print (const struct s4k_dev *d, FILE *fp);
+
+/* ---- faults (lib/fault.c): off unless a fault key is given ------------ */
+
+/* Cuts the power now (torn: the policy, or -1 for torn=).  Fills *report
+ * (malloc'd JSON, may be NULL) and returns 0, or -ENOTSUP without the
+ * fault layer. */
+int s4k_dev_power_cut (struct s4k_dev *d, int torn, char **report);
+/* Power cuts so far: a connection opened before the latest must see
+ * nothing but errors. */
+unsigned s4k_dev_power_cuts (const struct s4k_dev *d);
+/* Called (from the cutting thread, no lock held) after every cut. */
+void s4k_dev_on_power_cut (struct s4k_dev *d, void (*fn) (void *opaque),
+                           void *opaque);
+/* Marks the calling thread's next requests as coming from a connection
+ * opened at power cut `cuts`: once the power has been cut since, they
+ * fail with EIO and change nothing. */
+void s4k_fault_epoch (unsigned cuts);
+/* Bad physical sectors, named by the LBAs they hold. */
+int s4k_dev_bad_add (struct s4k_dev *d, uint64_t first_lba,
+                     uint64_t last_lba, char *err, size_t errlen);
+int s4k_dev_bad_remove (struct s4k_dev *d, uint64_t first_lba,
+                        uint64_t last_lba, char *err, size_t errlen);
+/* One line "FIRST-LAST" (LBAs) per run of bad sectors. */
+int s4k_dev_bad_list (struct s4k_dev *d, FILE *fp);
+/* key=value lines: geometry, cache fill, cuts. */
+void s4k_dev_fault_status (struct s4k_dev *d, FILE *fp);
 
 #endif

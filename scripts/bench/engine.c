@@ -3,7 +3,8 @@
  * scripts/bench/engine-ir runs it under callgrind for N and 3N requests:
  * the difference over 2N is the engine's instructions per request.
  *
- * usage: bench-engine N write4k|read4k|rmw512 */
+ * usage: bench-engine N write4k|read4k|rmw512 [KEY=VALUE...]
+ * (extra keys, e.g. write-cache=true, to measure what they cost) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +16,9 @@
 int
 main (int argc, char **argv)
 {
-  if (argc != 3) {
-    fprintf (stderr, "usage: bench-engine N write4k|read4k|rmw512\n");
+  if (argc < 3) {
+    fprintf (stderr, "usage: bench-engine N write4k|read4k|rmw512 "
+             "[KEY=VALUE...]\n");
     return 2;
   }
   unsigned n = atoi (argv[1]);
@@ -26,9 +28,21 @@ main (int argc, char **argv)
   char err[256];
   s4k_config_init (&c);
   if (s4k_config_set (&c, "size", "64M", err, sizeof err) ||
-      s4k_config_set (&c, "model", "512e", err, sizeof err) ||
-      s4k_config_finish (&c, err, sizeof err) ||
+      s4k_config_set (&c, "model", "512e", err, sizeof err))
+    goto fail;
+  for (int i = 3; i < argc; i++) {
+    char *eq = strchr (argv[i], '=');
+    if (!eq) {
+      snprintf (err, sizeof err, "%s: not KEY=VALUE", argv[i]);
+      goto fail;
+    }
+    *eq = '\0';
+    if (s4k_config_set (&c, argv[i], eq + 1, err, sizeof err))
+      goto fail;
+  }
+  if (s4k_config_finish (&c, err, sizeof err) ||
       s4k_dev_open (&d, &c, err, sizeof err)) {
+fail:
     fprintf (stderr, "bench-engine: %s\n", err);
     return 1;
   }

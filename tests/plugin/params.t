@@ -35,10 +35,23 @@ bad "logical=abc" size=1G logical=abc
 bad "strict=maybe" size=1G strict=maybe
 bad "max-request=1000" size=1G max-request=1000
 bad "size: required" logical=512
+# The fault keys (issue 11).
+bad "write-cache=perhaps" size=1G write-cache=perhaps
+bad "write-cache-size=1048576: needs write-cache=true" size=1G write-cache-size=1M
+bad "write-cache-size=100: must be at least physical=4096" size=1G model=512e write-cache=true write-cache-size=100
+bad "power-cut-after=0" size=1G power-cut-after=0
+bad "torn=half" size=1G torn=half
+bad "torn=: needs power-cut-after= or control=" size=1G torn=none
+bad "seed=x" size=1G seed=x
+bad "cut-report=: the path is empty" size=1G cut-report=
+bad "bad-sectors=5-2" size=1M bad-sectors=5-2
+bad "LBA 2048 is beyond the last LBA 2047" size=1M bad-sectors=7,2048
+bad "control=/nonexistent/ctl" size=1M control=/nonexistent/ctl
 
 help=$(nbdkit_san "$SECT4K_PLUGIN" --help 2>&1)
 for key in size= logical= physical= alignment-offset= lowest-aligned= model= \
-           max-request= strict= file= direct= io=; do
+           max-request= strict= file= direct= io= write-cache= write-cache-size= \
+           power-cut-after= torn= seed= cut-report= bad-sectors= control=; do
   printf '%s' "$help" | grep -q -- "^$key"
   ok $? "--help lists $key"
 done
