@@ -24,6 +24,7 @@ struct s4k_dev {
   void *debug_opaque;
   struct stats_state stats;
   struct stats_saver saver;
+  const char *name;             /* export name or NULL: for statistics */
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -79,6 +80,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->strict = c->strict;
   d->counting = c->stats_count;
   d->store = store;
+  d->name = c->name;
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;
@@ -128,6 +130,12 @@ void
 s4k_dev_stats (const struct s4k_dev *d, struct s4k_stats *out)
 {
   stats_sum ((struct stats_state *) &d->stats, out);
+}
+
+const char *
+s4k_dev_name (const struct s4k_dev *d)
+{
+  return d->name;
 }
 
 const struct s4k_geometry *
