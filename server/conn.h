@@ -35,10 +35,15 @@
  * would make the kept ones hold more than CONN_INFLIGHT_BYTES. */
 #define CONN_SLOT_KEEP    (1u << 20)
 
-/* Settings shared by every connection; read-only once serving. */
+/* Settings shared by every connection; read-only once serving.  One
+ * per export: a connection's cfg is the export it last named. */
 struct server_cfg {
   struct s4k_dev *dev;
-  const char *export_name;        /* "" too always selects it */
+  const char *export_name;        /* "" too always selects the first */
+  const struct server_cfg *first; /* the default export (NULL: this one
+                                     alone) */
+  const struct server_cfg *next;  /* the next export, or NULL */
+  const char *export_names;       /* "a, b, c" for messages (NULL: one) */
   char description[256];
   uint64_t size;
   uint32_t minimum, preferred, maximum;
