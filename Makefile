@@ -4,6 +4,7 @@
 #   make check-asan the whole suite with ASan+UBSan
 #   make check-tsan the concurrency tests with TSan
 #   make run        serve a 512e 10G device on nbd://localhost
+#                   (EXPORTS=512n,512e,512e-xp,4kn: one export per preset)
 #   make install    install the plugin into nbdkit's plugin directory
 
 PKG_CONFIG ?= pkg-config
@@ -87,7 +88,7 @@ check-tsan:
 	$(MAKE) SAN=tsan OPT='-O1 -g' TESTS='$(sort $(wildcard tests/*/*concurren*.t tests/*/*torture*.t))' check
 
 run: $(PLUGIN)
-	@scripts/sect4k-run $(RUN_ARGS)
+	@EXPORTS='$(EXPORTS)' scripts/sect4k-run $(RUN_ARGS)
 
 install: $(PLUGIN) $(MANPAGE)
 	@test -n "$(PLUGINDIR)" || { echo "make install: pkg-config cannot find nbdkit's plugindir (install nbdkit-plugin-dev)"; exit 1; }

@@ -36,6 +36,14 @@ const char s4k_config_help[] =
   "                      at exit only).\n"
   "stats=BOOL            Print a statistics summary to stderr at exit\n"
   "                      (default false).\n"
+  "export=NAME           Start an export named NAME: the keys after it (until\n"
+  "                      the next export=) are its own; keys before the first\n"
+  "                      export= are defaults for every export.  The first\n"
+  "                      export is the default one (empty name).\n"
+  "exports=LIST          One export per preset in LIST, named after it, e.g.\n"
+  "                      exports=512n,512e,512e-xp,4kn (before any export=).\n"
+  "                      With several exports, a default statsfile=s.json\n"
+  "                      becomes s.NAME.json for each.\n"
   S4K_FAULT_HELP;
 
 struct preset {

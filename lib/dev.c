@@ -31,6 +31,7 @@ struct s4k_dev {
   struct stats_state stats;
   struct stats_saver saver;
   struct s4k_fault *fault;      /* the fault layer over the store, or NULL */
+  const char *name;             /* export name or NULL: for statistics */
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -92,6 +93,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->strict = c->strict;
   d->counting = c->stats_count;
   d->store = store;
+  d->name = c->name;
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;
@@ -151,6 +153,12 @@ struct s4k_fault *
 dev_fault (const struct s4k_dev *d)
 {
   return d->fault;
+}
+
+const char *
+s4k_dev_name (const struct s4k_dev *d)
+{
+  return d->name;
 }
 
 const struct s4k_geometry *

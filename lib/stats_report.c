@@ -48,6 +48,10 @@ s4k_stats_write_json (const struct s4k_dev *d, FILE *fp)
   s4k_dev_describe (d, desc, sizeof desc);
   fprintf (fp, "{\n  \"schema\": \"sect4k-stats/1\",\n  \"version\": ");
   json_string (fp, S4K_VERSION);
+  if (s4k_dev_name (d)) {       /* only with export=: one file per export */
+    fprintf (fp, ",\n  \"export\": ");
+    json_string (fp, s4k_dev_name (d));
+  }
   fprintf (fp, ",\n  \"elapsed_seconds\": %.3f,\n", s.elapsed);
   fprintf (fp, "  \"geometry\": {\"size\": %" PRIu64 ", \"logical\": %" PRIu32
            ", \"physical\": %" PRIu32 ", \"alignment_offset\": %" PRIu32
@@ -91,7 +95,11 @@ s4k_stats_print (const struct s4k_dev *d, FILE *fp)
   char desc[256];
   s4k_dev_stats (d, &s);
   s4k_dev_describe (d, desc, sizeof desc);
-  fprintf (fp, "sect4k statistics: %s, %.1f s\n", desc, s.elapsed);
+  if (s4k_dev_name (d))
+    fprintf (fp, "sect4k statistics of export %s: %s, %.1f s\n",
+             s4k_dev_name (d), desc, s.elapsed);
+  else
+    fprintf (fp, "sect4k statistics: %s, %.1f s\n", desc, s.elapsed);
   fprintf (fp, "%-8s %10s %14s %8s %10s %10s %10s %8s %10s\n", "op",
            "requests", "bytes", "errors", "phys-algn", "log-only", "unaligned",
            "refused", "rmw-sect");

@@ -12,38 +12,45 @@
 #include <string.h>
 
 #include "sect4k/sect4k.h"
+#include "sect4k/exports.h"
 
 /* -D sect4k.rmw=1 logs every read-modify-write. */
 NBDKIT_DLL_PUBLIC int sect4k_debug_rmw = 0;
 
-static struct s4k_config cfg;
-static struct s4k_dev *dev;
-static char description[256];   /* the export description, set once */
+static struct s4k_exports exports;
 static bool faults;             /* fault keys given: power cuts may happen */
 
 struct handle {
+  struct s4k_dev *dev;          /* the export the client named */
+  const char *description;
   bool refused_once;            /* strict refusals are logged once */
   bool cut_logged;
   unsigned epoch;               /* power cuts before the connection opened */
 };
 
+static inline struct s4k_dev *
+dev_of (void *handle)
+{
+  return ((struct handle *) handle)->dev;
+}
+
 static void
 sect4k_load (void)
 {
-  s4k_config_init (&cfg);
+  s4k_exports_init (&exports);
 }
 
 static void
 sect4k_unload (void)
 {
-  s4k_dev_close (dev);
+  s4k_exports_close (&exports);
 }
 
 static int
 sect4k_config (const char *key, const char *value)
 {
   char err[512];
-  if (s4k_config_set (&cfg, key, value, err, sizeof err) == -1) {
+  if (s4k_exports_set (&exports, key, value, err, sizeof err) == -1) {
     nbdkit_error ("%s", err);
     return -1;
   }
@@ -54,7 +61,7 @@ static int
 sect4k_config_complete (void)
 {
   char err[512];
-  if (s4k_config_finish (&cfg, err, sizeof err) == -1) {
+  if (s4k_exports_finish (&exports, err, sizeof err) == -1) {
     nbdkit_error ("%s", err);
     return -1;
   }
@@ -72,18 +79,24 @@ static int
 sect4k_get_ready (void)
 {
   char err[512];
-  if (s4k_dev_open (&dev, &cfg, err, sizeof err) < 0) {
+  /* Before any connection: the threads then only read the table. */
+  if (s4k_exports_open (&exports, err, sizeof err) < 0) {
     nbdkit_error ("%s", err);
     return -1;
   }
-  if (sect4k_debug_rmw)
-    s4k_dev_set_debug (dev, S4K_DEBUG_RMW, log_debug, NULL);
-  faults = cfg.fault.on;
-  /* Before any connection: the threads then only read it. */
-  s4k_dev_describe (dev, description, sizeof description);
-  nbdkit_debug ("sect4k: %s, size %" PRIu64, description,
-                s4k_dev_geometry (dev)->size);
-  nbdkit_debug ("sect4k: %s", s4k_dev_store_info (dev));
+  for (size_t i = 0; i < exports.n; i++) {
+    struct s4k_export *e = &exports.v[i];
+    if (sect4k_debug_rmw)
+      s4k_dev_set_debug (e->dev, S4K_DEBUG_RMW, log_debug, NULL);
+    /* Unnamed: the lines of before, which tests and users grep. */
+    const char *sep = exports.named ? ": " : "";
+    nbdkit_debug ("sect4k: %s%s%s, size %" PRIu64, e->name, sep,
+                  e->description, s4k_dev_geometry (e->dev)->size);
+    nbdkit_debug ("sect4k: %s%s%s", e->name, sep,
+                  s4k_dev_store_info (e->dev));
+  }
+  for (size_t i = 0; i < exports.n; i++)
+    faults |= exports.v[i].cfg.fault.on;
   return 0;
 }
 
@@ -91,7 +104,7 @@ sect4k_get_ready (void)
 static int
 sect4k_after_fork (void)
 {
-  s4k_dev_start (dev);
+  s4k_exports_start (&exports);
   return 0;
 }
 
@@ -108,15 +121,53 @@ sect4k_dump_plugin (void)
   printf ("sect4k_stores=memory,file\n");
 }
 
+/* Without export=, any name reaches the one export, as nbdkit's own
+ * plugins do; with it, the list is the table's. */
+static int
+sect4k_list_exports (int readonly, int is_tls, struct nbdkit_exports *list)
+{
+  (void) readonly; (void) is_tls;
+  if (!exports.named)
+    return nbdkit_use_default_export (list);
+  for (size_t i = 0; i < exports.n; i++)
+    if (nbdkit_add_export (list, exports.v[i].name,
+                           exports.v[i].description) == -1)
+      return -1;
+  return 0;
+}
+
+static const char *
+sect4k_default_export (int readonly, int is_tls)
+{
+  (void) readonly; (void) is_tls;
+  return exports.v[0].name;
+}
+
 static void *
 sect4k_open (int readonly)
 {
   (void) readonly;
+  const struct s4k_export *e = &exports.v[0];
+  if (exports.named) {
+    const char *name = nbdkit_export_name ();
+    if (!name)
+      name = "";
+    if (!(e = s4k_exports_find (&exports, name, strlen (name)))) {
+      char msg[768];
+      s4k_exports_unknown (&exports, name, msg, sizeof msg);
+      nbdkit_error ("%s", msg);
+      return NULL;
+    }
+  }
   struct handle *h = calloc (1, sizeof *h);
-  if (!h)
+  if (!h) {
     nbdkit_error ("calloc: out of memory");
-  else if (faults)
-    h->epoch = s4k_dev_power_cuts (dev);
+    return NULL;
+  }
+  h->dev = e->dev;
+  h->description = e->description;
+  if (faults)
+    h->epoch = s4k_dev_power_cuts (h->dev);
   return h;
 }
 
@@ -129,7 +180,7 @@ cut_off (struct handle *h)
   if (!faults)
     return false;
   s4k_fault_epoch (h->epoch);
-  if (h->epoch == s4k_dev_power_cuts (dev))
+  if (h->epoch == s4k_dev_power_cuts (h->dev))
     return false;
   if (!h->cut_logged) {
     h->cut_logged = true;
@@ -149,34 +200,33 @@ sect4k_close (void *handle)
 static int64_t
 sect4k_get_size (void *handle)
 {
-  (void) handle;
-  return s4k_dev_geometry (dev)->size;
+  struct handle *h = handle;
+  return s4k_dev_geometry (h->dev)->size;
 }
 
 static int
 sect4k_block_size (void *handle, uint32_t *minimum, uint32_t *preferred,
                    uint32_t *maximum)
 {
-  (void) handle;
-  const struct s4k_geometry *g = s4k_dev_geometry (dev);
+  struct handle *h = handle;
+  const struct s4k_geometry *g = s4k_dev_geometry (h->dev);
   *minimum = g->logical;
   *preferred = g->physical;
-  *maximum = s4k_dev_max_request (dev);
+  *maximum = s4k_dev_max_request (h->dev);
   return 0;
 }
 
 static const char *
 sect4k_export_description (void *handle)
 {
-  (void) handle;
-  return description;
+  struct handle *h = handle;
+  return h->description;
 }
 
 static int
 sect4k_can_write (void *h)
 {
-  (void) h;
-  return !s4k_dev_readonly (dev);
+  return !s4k_dev_readonly (dev_of (h));
 }
 static int sect4k_can_flush (void *h) { (void) h; return 1; }
 static int sect4k_can_trim (void *h) { (void) h; return 1; }
@@ -188,8 +238,7 @@ static int sect4k_can_cache (void *h) { (void) h; return NBDKIT_CACHE_NATIVE; }
 static int
 sect4k_can_fast_zero (void *h)
 {
-  (void) h;
-  return s4k_dev_can_fast_zero (dev);
+  return s4k_dev_can_fast_zero (dev_of (h));
 }
 
 /* Turns an engine result into nbdkit's convention. */
@@ -198,9 +247,9 @@ result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
 {
   if (r == 0)
     return 0;
-  if (r == -EINVAL && s4k_refused (dev, op, len, off)) {
+  if (r == -EINVAL && s4k_refused (h->dev, op, len, off)) {
     char msg[256];
-    s4k_explain_refusal (dev, op, len, off, msg, sizeof msg);
+    s4k_explain_refusal (h->dev, op, len, off, msg, sizeof msg);
     if (!h->refused_once) {
       h->refused_once = true;
       nbdkit_error ("%s; further refusals on this connection are logged "
@@ -223,7 +272,8 @@ sect4k_pread (void *h, void *buf, uint32_t count, uint64_t offset,
   if (cut_off (h))
     return -1;
   (void) flags;
-  return result (h, s4k_read (dev, buf, count, offset), S4K_OP_READ, count, offset);
+  return result (h, s4k_read (dev_of (h), buf, count, offset), S4K_OP_READ,
+                 count, offset);
 }
 
 static unsigned
@@ -240,7 +290,8 @@ sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
 {
   if (cut_off (h))
     return -1;
-  return result (h, s4k_write (dev, buf, count, offset, engine_flags (flags)),
+  return result (h, s4k_write (dev_of (h), buf, count, offset,
+                              engine_flags (flags)),
                  S4K_OP_WRITE, count, offset);
 }
 
@@ -249,7 +300,7 @@ sect4k_zero (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   if (cut_off (h))
     return -1;
-  return result (h, s4k_zero (dev, count, offset, engine_flags (flags)),
+  return result (h, s4k_zero (dev_of (h), count, offset, engine_flags (flags)),
                  S4K_OP_ZERO, count, offset);
 }
 
@@ -258,7 +309,7 @@ sect4k_trim (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   if (cut_off (h))
     return -1;
-  return result (h, s4k_trim (dev, count, offset, engine_flags (flags)),
+  return result (h, s4k_trim (dev_of (h), count, offset, engine_flags (flags)),
                  S4K_OP_TRIM, count, offset);
 }
 
@@ -268,7 +319,7 @@ sect4k_flush (void *h, uint32_t flags)
   if (cut_off (h))
     return -1;
   (void) flags;
-  return result (h, s4k_flush (dev), S4K_OP_FLUSH, 0, 0);
+  return result (h, s4k_flush (dev_of (h)), S4K_OP_FLUSH, 0, 0);
 }
 
 static int
@@ -277,7 +328,8 @@ sect4k_cache (void *h, uint32_t count, uint64_t offset, uint32_t flags)
   if (cut_off (h))
     return -1;
   (void) flags;
-  return result (h, s4k_cache (dev, count, offset), S4K_OP_CACHE, count, offset);
+  return result (h, s4k_cache (dev_of (h), count, offset), S4K_OP_CACHE,
+                 count, offset);
 }
 
 struct extents_ctx {
@@ -303,7 +355,7 @@ sect4k_extents (void *h, uint32_t count, uint64_t offset, uint32_t flags,
   if (cut_off (h))
     return -1;
   struct extents_ctx c = { extents, flags & NBDKIT_FLAG_REQ_ONE };
-  return result (h, s4k_extents (dev, count, offset, add_extent, &c),
+  return result (h, s4k_extents (dev_of (h), count, offset, add_extent, &c),
                  S4K_OP_EXTENTS, count, offset);
 }
 
@@ -328,6 +380,8 @@ static struct nbdkit_plugin plugin = {
   .get_size = sect4k_get_size,
   .block_size = sect4k_block_size,
   .export_description = sect4k_export_description,
+  .list_exports = sect4k_list_exports,
+  .default_export = sect4k_default_export,
   .can_write = sect4k_can_write,
   .can_flush = sect4k_can_flush,
   .can_trim = sect4k_can_trim,

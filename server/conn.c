@@ -126,11 +126,32 @@ transmission_flags (const struct conn *c)
   return f;
 }
 
-static bool
-name_ok (const struct conn *c, const uint8_t *name, size_t len)
+/* The export a client names ("" is the first), or NULL. */
+static const struct server_cfg *
+find_export (const struct conn *c, const uint8_t *name, size_t len)
 {
-  return len == 0 || (strlen (c->cfg->export_name) == len &&
-                      memcmp (c->cfg->export_name, name, len) == 0);
+  const struct server_cfg *e = c->cfg->first ? c->cfg->first : c->cfg;
+  if (len == 0)
+    return e;
+  for (; e; e = e->next)
+    if (strlen (e->export_name) == len && memcmp (e->export_name, name, len)
+        == 0)
+      return e;
+  return NULL;
+}
+
+/* NBD_REP_ERR_UNKNOWN naming the exports that exist. */
+static void
+opt_unknown (struct conn *c, uint32_t opt, const uint8_t *d, size_t len)
+{
+  char name[80];
+  printable (name, sizeof name, d, len);
+  if (c->cfg->export_names)
+    opt_error (c, opt, NBD_REP_ERR_UNKNOWN, "no export named '%s' (exports: "
+               "%s)", name, c->cfg->export_names);
+  else
+    opt_error (c, opt, NBD_REP_ERR_UNKNOWN, "no export named '%s' (this "
+               "server has one export, '%s')", name, c->cfg->export_name);
 }
 
 static void
@@ -138,6 +159,10 @@ enter_transmission (struct conn *c)
 {
   c->transmission = true;
   c->state = ST_REQUEST;
+  if (c->loop && !s4k_dev_async (c->cfg->dev))
+    c->loop = NULL;             /* the export's requests all run inline */
+  c->epoch = s4k_dev_power_cuts (c->cfg->dev);
+  s4k_fault_epoch (c->epoch);   /* for requests in this same receive */
   if (c->cfg->verbose)
     log_msg ("%s: transmission (structured replies %s)", c->name,
              c->structured ? "on" : "off");
@@ -148,11 +173,14 @@ opt_export_name (struct conn *c, const uint8_t *d, uint32_t len)
 {
   char name[80];
   printable (name, sizeof name, d, len);
-  if (len > CONN_MAX_STRING || !name_ok (c, d, len)) {
+  const struct server_cfg *e = len > CONN_MAX_STRING ? NULL
+                               : find_export (c, d, len);
+  if (!e) {
     log_msg ("%s: NBD_OPT_EXPORT_NAME: no export named '%s'", c->name, name);
     hang_up (c, NULL);
     return;
   }
+  c->cfg = e;
   if (c->cfg->require_block_size) {
     log_msg ("%s: client used NBD_OPT_EXPORT_NAME, which cannot ask for "
              "block sizes; refused because require-block-size=true",
@@ -210,13 +238,12 @@ opt_info_go (struct conn *c, uint32_t opt, const uint8_t *d, uint32_t len)
     default: break;             /* unknown requests are ignored */
     }
   }
-  if (!name_ok (c, d + 4, namelen)) {
-    char name[80];
-    printable (name, sizeof name, d + 4, namelen);
-    opt_error (c, opt, NBD_REP_ERR_UNKNOWN, "no export named '%s' (this "
-               "server has one export, '%s')", name, cfg->export_name);
+  const struct server_cfg *e = find_export (c, d + 4, namelen);
+  if (!e) {
+    opt_unknown (c, opt, d + 4, namelen);
     return;
   }
+  c->cfg = cfg = e;
   if (cfg->require_block_size && !want_bs) {
     log_msg ("%s: client did not ask for block sizes; refused with "
              "NBD_REP_ERR_BLOCK_SIZE_REQD (require-block-size=true)", c->name);
@@ -257,13 +284,15 @@ opt_list (struct conn *c, uint32_t len)
                "NBD_OPT_LIST takes no data");
     return;
   }
-  const struct server_cfg *cfg = c->cfg;
-  size_t nl = strlen (cfg->export_name), dl = strlen (cfg->description);
-  uint8_t buf[4 + CONN_MAX_STRING + sizeof cfg->description];
-  put32 (buf, nl);
-  memcpy (buf + 4, cfg->export_name, nl);
-  memcpy (buf + 4 + nl, cfg->description, dl);
-  opt_reply (c, NBD_OPT_LIST, NBD_REP_SERVER, buf, 4 + nl + dl);
+  for (const struct server_cfg *cfg = find_export (c, NULL, 0); cfg;
+       cfg = cfg->next) {
+    size_t nl = strlen (cfg->export_name), dl = strlen (cfg->description);
+    uint8_t buf[4 + CONN_MAX_STRING + sizeof cfg->description];
+    put32 (buf, nl);
+    memcpy (buf + 4, cfg->export_name, nl);
+    memcpy (buf + 4 + nl, cfg->description, dl);
+    opt_reply (c, NBD_OPT_LIST, NBD_REP_SERVER, buf, 4 + nl + dl);
+  }
   opt_reply (c, NBD_OPT_LIST, NBD_REP_ACK, NULL, 0);
 }
 
@@ -309,10 +338,8 @@ opt_meta (struct conn *c, uint32_t opt, const uint8_t *d, uint32_t len)
                "option length %" PRIu32 " does not match its contents", len);
     return;
   }
-  if (!name_ok (c, d + 4, namelen)) {
-    char name[80];
-    printable (name, sizeof name, d + 4, namelen);
-    opt_error (c, opt, NBD_REP_ERR_UNKNOWN, "no export named '%s'", name);
+  if (!find_export (c, d + 4, namelen)) {
+    opt_unknown (c, opt, d + 4, namelen);
     return;
   }
   bool set = opt == NBD_OPT_SET_META_CONTEXT, found = false;
@@ -1063,8 +1090,8 @@ conn_init (struct conn *c, const struct server_cfg *cfg, const char *name,
   c->name = name;
   c->state = ST_CLIENT_FLAGS;
   c->credit = CONN_TURN_BYTES;
-  if (loop && s4k_dev_async (cfg->dev))
-    c->loop = loop;             /* slots' aios are created on first use */
+  c->loop = loop;               /* until the export is chosen; slots' aios
+                                   are created on first use */
   c->in = malloc (CONN_IN_SIZE);
   uint8_t *p = c->in ? out_grow (c, 18) : NULL;
   if (!p) {

@@ -45,10 +45,15 @@
 #define CONN_REQ_COST     4096u
 #define CONN_MAX_COST     (64u << 20)
 
-/* Settings shared by every connection; read-only once serving. */
+/* Settings shared by every connection; read-only once serving.  One
+ * per export: a connection's cfg is the export it last named. */
 struct server_cfg {
   struct s4k_dev *dev;
-  const char *export_name;        /* "" too always selects it */
+  const char *export_name;        /* "" too always selects the first */
+  const struct server_cfg *first; /* the default export (NULL: this one
+                                     alone) */
+  const struct server_cfg *next;  /* the next export, or NULL */
+  const char *export_names;       /* "a, b, c" for messages (NULL: one) */
   char description[256];
   uint64_t size;
   uint32_t minimum, preferred, maximum;
@@ -132,6 +137,7 @@ struct conn {
   char discard_msg[256];          /* and its message */
 
   bool transmission;              /* handshake finished */
+  unsigned epoch;                 /* its export's power cuts before it */
   bool no_zeroes, structured, meta_allocation;
   bool refusal_logged;
   bool recv_payload;              /* the receive area is the payload */

@@ -551,6 +551,15 @@ run (uint8_t mode, bool slots, size_t piece_len, const uint8_t *data,
     .verbose = verbose,
   };
   s4k_dev_describe (dev, scfg.description, sizeof scfg.description);
+  /* Named: a second export (same device) behind the first, so that
+   * export lookup and listing are fuzzed too. */
+  struct server_cfg second = scfg;
+  if (mode & 16) {
+    second.export_name = "other";
+    scfg.first = second.first = &scfg;
+    scfg.next = &second;
+    scfg.export_names = second.export_names = "disk, other";
+  }
 
   struct conn c;
   struct fuzz_loop *lp = slots ? &loop : NULL;

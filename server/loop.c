@@ -57,7 +57,6 @@ struct sconn {
   uint64_t deadline;                /* handshake must end by then (ms) */
   uint64_t active;                  /* last byte received or sent (ms) */
   char name[64];
-  unsigned epoch;                   /* power cuts before it connected */
   struct sconn *prev, *next;
   struct sconn *next_run;
 };
@@ -325,7 +324,7 @@ on_recv (struct s4k_completion *op, int res)
   sc->recv_busy = false;
   if (res > 0)
     sc->active = now_ms ();
-  s4k_fault_epoch (sc->epoch);      /* a power cut refuses its requests */
+  s4k_fault_epoch (sc->c.epoch);      /* a power cut refuses its requests */
   if (sc->draining) {
     if (res <= 0)
       start_close (sc);
@@ -350,7 +349,7 @@ on_send (struct s4k_completion *op, int res)
   struct sconn *sc = s4k_container_of (op, struct sconn, send_op);
   struct worker *w = sc->w;
   sc->send_busy = false;
-  s4k_fault_epoch (sc->epoch);
+  s4k_fault_epoch (sc->c.epoch);
   if (res < 0) {
     if (!sc->closing && res != -EPIPE && res != -ECONNRESET)
       log_msg ("%s: send: %s", sc->name, s4k_strerror (-res));
@@ -408,7 +407,6 @@ on_accept (struct s4k_completion *op, int res)
   sc->send_op.fn = on_send;
   sc->active = now_ms ();
   sc->deadline = sc->active + (uint64_t) s->handshake_timeout * 1000;
-  sc->epoch = s4k_dev_power_cuts (s->cfg.dev);
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   if (s->tcp && getpeername (fd, (struct sockaddr *) &ss, &sl) == 0) {
@@ -545,7 +543,8 @@ tick (struct worker *w)
                sc->name, w->s->handshake_timeout);
       start_close (sc);
     }
-    else if (sc->epoch != s4k_dev_power_cuts (w->s->cfg.dev)) {
+    else if (sc->c.transmission &&
+             sc->c.epoch != s4k_dev_power_cuts (sc->c.cfg->dev)) {
       log_msg ("%s: power cut: connection dropped", sc->name);
       start_close (sc);
     }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "server.h"
+#include "sect4k/exports.h"
 
 #define PROG "sect4k-server"
 
@@ -38,7 +39,8 @@ usage (FILE *f)
 {
   fprintf (f,
 "Usage: " PROG " [OPTIONS] [SIZE] [KEY=VALUE ...]\n"
-"Serves one sect4k device over NBD (fixed newstyle) using io_uring.\n"
+"Serves sect4k devices over NBD (fixed newstyle) using io_uring: one, or\n"
+"one per export (export=NAME, exports=512n,4kn).\n"
 "\n"
 "Options:\n"
 "  -U, --unix PATH            listen on a Unix socket\n"
@@ -46,8 +48,9 @@ usage (FILE *f)
 "                             only loopback addresses unless --allow-remote\n"
 "      --allow-remote         allow a non-loopback --listen address\n"
 "  -r, --readonly             serve read-only\n"
-"  -e, --export-name NAME     name of the export (default \"\"; \"\" always\n"
-"                             selects it too)\n"
+"  -e, --export-name NAME     name of the single export (default \"\"; \"\"\n"
+"                             always selects it too); with export= or\n"
+"                             exports=, each export has its own name\n"
 "  -t, --threads N            event-loop threads (default: CPUs, at most 4)\n"
 "      --max-connections N    open connections at most (default 128)\n"
 "      --handshake-timeout S  drop clients still negotiating after S seconds\n"
@@ -63,7 +66,8 @@ usage (FILE *f)
 "Parameters (the same as the nbdkit plugin's):\n"
 "%s"
 "require-block-size=BOOL  Refuse clients that do not ask for block sizes\n"
-"                      with NBD_REP_ERR_BLOCK_SIZE_REQD (default false).\n",
+"                      with NBD_REP_ERR_BLOCK_SIZE_REQD (default false;\n"
+"                      for every export: before the first export=).\n",
            s4k_config_help);
 }
 
@@ -268,6 +272,48 @@ write_stats (const char *file, const struct server *s)
   return 0;
 }
 
+/* One server_cfg per export: s->cfg is the first (the default), the
+ * others are in *extra, linked by next. */
+static int
+setup_exports (struct server *s, const struct s4k_exports *t,
+               struct server_cfg **extra, char *names, size_t nlen)
+{
+  struct server_cfg *v = t->n > 1 ? calloc (t->n - 1, sizeof *v) : NULL;
+  if (t->n > 1 && !v) {
+    fprintf (stderr, PROG ": out of memory\n");
+    return -1;
+  }
+  s4k_exports_names (t, names, nlen);
+  const struct server_cfg base = s->cfg;
+  struct server_cfg *prev = NULL;
+  for (size_t i = 0; i < t->n; i++) {
+    const struct s4k_export *x = &t->v[i];
+    struct server_cfg *e = i ? &v[i - 1] : &s->cfg;
+    const struct s4k_geometry *g = s4k_dev_geometry (x->dev);
+    *e = base;
+    if (t->named) {
+      e->export_name = x->name;
+      e->first = &s->cfg;
+      e->export_names = names;
+    }
+    if (prev)
+      prev->next = e;
+    prev = e;
+    e->readonly = base.readonly || s4k_dev_readonly (x->dev);
+    e->dev = x->dev;
+    e->size = g->size;
+    e->minimum = g->logical;
+    e->preferred = g->physical;
+    e->maximum = s4k_dev_max_request (x->dev);
+    /* strict=false serves longer reads and writes, up to nbdkit's own
+     * limit, as the plugin under nbdkit does. */
+    e->longest = x->cfg.strict ? e->maximum : S4K_MAX_MAX_REQUEST;
+    snprintf (e->description, sizeof e->description, "%s", x->description);
+  }
+  *extra = v;
+  return 0;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -354,9 +400,9 @@ main (int argc, char **argv)
     return 1;
   }
 
-  struct s4k_config cfg;
+  static struct s4k_exports exports;
   char err[512];
-  s4k_config_init (&cfg);
+  s4k_exports_init (&exports);
   for (int i = optind; i < argc; i++) {
     const char *arg = argv[i], *eq = strchr (arg, '=');
     char key[64];
@@ -377,6 +423,12 @@ main (int argc, char **argv)
       key[eq - arg] = '\0';
     }
     if (strcmp (key, "require-block-size") == 0) {
+      if (s4k_exports_in_section (&exports)) {
+        fprintf (stderr, PROG ": export=%s: require-block-size=%s cannot "
+                 "vary per export (give it before the first export=)\n",
+                 exports.v[exports.n - 1].name, eq + 1);
+        return 1;
+      }
       if (s4k_parse_bool (eq + 1, &s.cfg.require_block_size) == -1) {
         fprintf (stderr, PROG ": require-block-size=%s: expected true or "
                  "false\n", eq + 1);
@@ -384,36 +436,32 @@ main (int argc, char **argv)
       }
       continue;
     }
-    if (s4k_config_set (&cfg, key, eq + 1, err, sizeof err) == -1) {
+    if (s4k_exports_set (&exports, key, eq + 1, err, sizeof err) == -1) {
       fprintf (stderr, PROG ": %s\n", err);
       return 1;
     }
   }
-  cfg.readonly = s.cfg.readonly;
-  if (s4k_config_finish (&cfg, err, sizeof err) == -1) {
-    fprintf (stderr, PROG ": %s\n", err);
+  exports.readonly = s.cfg.readonly;
+  if (exports.named && strcmp (s.cfg.export_name, "") != 0) {
+    fprintf (stderr, PROG ": --export-name %s: with export= or exports=, "
+             "each export has its own name\n", s.cfg.export_name);
     return 1;
   }
   if (unix_path && check_unix_path (unix_path) == -1)
     return 1;
-  struct s4k_dev *dev;
-  if (s4k_dev_open (&dev, &cfg, err, sizeof err) < 0) {
+  if (s4k_exports_finish (&exports, err, sizeof err) == -1 ||
+      s4k_exports_open (&exports, err, sizeof err) < 0) {
     fprintf (stderr, PROG ": %s\n", err);
+    s4k_exports_close (&exports);
     return 1;
   }
-  s4k_dev_start (dev);
-  const struct s4k_geometry *g = s4k_dev_geometry (dev);
-  if (s4k_dev_readonly (dev))   /* e.g. file= not writable */
-    s.cfg.readonly = true;
-  s.cfg.dev = dev;
-  s.cfg.size = g->size;
-  s.cfg.minimum = g->logical;
-  s.cfg.preferred = g->physical;
-  s.cfg.maximum = s4k_dev_max_request (dev);
-  /* strict=false serves longer reads and writes, up to nbdkit's own
-   * limit, as the plugin under nbdkit does. */
-  s.cfg.longest = cfg.strict ? s.cfg.maximum : S4K_MAX_MAX_REQUEST;
-  s4k_dev_describe (dev, s.cfg.description, sizeof s.cfg.description);
+  s4k_exports_start (&exports);
+  struct server_cfg *cfgs = NULL;
+  char names[1024];
+  if (setup_exports (&s, &exports, &cfgs, names, sizeof names) == -1) {
+    s4k_exports_close (&exports);
+    return 1;
+  }
 
   char where[300];
   if (unix_path)
@@ -424,12 +472,20 @@ main (int argc, char **argv)
                               allow_remote, where, sizeof where);
   }
   if (s.listen_fd == -1) {
-    s4k_dev_close (dev);
+    s4k_exports_close (&exports);
+    free (cfgs);
     return 1;
   }
-  log_msg ("serving %s, size %" PRIu64 "%s on %s (%u threads); %s",
-           s.cfg.description, s.cfg.size, s.cfg.readonly ? ", read-only" : "",
-           where, s.threads, s4k_dev_store_info (dev));
+  for (const struct server_cfg *e = &s.cfg; e; e = e->next)
+    if (!exports.named)
+      log_msg ("serving %s, size %" PRIu64 "%s on %s (%u threads); %s",
+               e->description, e->size, e->readonly ? ", read-only" : "",
+               where, s.threads, s4k_dev_store_info (e->dev));
+    else
+      log_msg ("serving export %s%s: %s, size %" PRIu64 "%s on %s (%u "
+               "threads); %s", e->export_name, e == &s.cfg ? " (default)" : "",
+               e->description, e->size, e->readonly ? ", read-only" : "",
+               where, s.threads, s4k_dev_store_info (e->dev));
 
   int ret = serve (&s) == 0 ? 0 : 1;
   close (s.listen_fd);
@@ -437,13 +493,16 @@ main (int argc, char **argv)
   if (unix_path && lstat (unix_path, &st) == 0 &&
       st.st_dev == unix_sock.st_dev && st.st_ino == unix_sock.st_ino)
     unlink (unix_path);
-  int r = s4k_flush (dev);
-  if (r < 0) {
-    log_msg ("flush at exit: %s", s4k_strerror (-r));
-    ret = 1;
+  for (const struct server_cfg *e = &s.cfg; e; e = e->next) {
+    int r = s4k_flush (e->dev);
+    if (r < 0) {
+      log_msg ("flush at exit: %s", s4k_strerror (-r));
+      ret = 1;
+    }
   }
   if (stats_file && write_stats (stats_file, &s) == -1)
     ret = 1;
-  s4k_dev_close (dev);
+  s4k_exports_close (&exports);
+  free (cfgs);
   return ret;
 }

@@ -116,6 +116,8 @@ struct s4k_config {
   bool stats_count;           /* count requests: set by config_finish when
                                  statsfile= or stats= asks for them */
   struct s4k_fault_config fault;
+  const char *name;           /* export name (export=), NULL if unnamed;
+                                 set by the export table (exports.h) */
 };
 
 void s4k_config_init (struct s4k_config *c);
@@ -223,6 +225,8 @@ bool s4k_dev_readonly (const struct s4k_dev *d);
 /* One line on where the data lives and how it is reached, e.g.
  * "file=/x/disk.img: regular file, ..., io_uring, buffered, read-write". */
 const char *s4k_dev_store_info (const struct s4k_dev *d);
+/* The export name (s4k_config.name), or NULL for the unnamed export. */
+const char *s4k_dev_name (const struct s4k_dev *d);
 void s4k_dev_set_debug (struct s4k_dev *d, unsigned mask,
                         s4k_debug_fn *fn, void *opaque);
 /* Export description, e.g. "512e: logical 512, physical 4096, alignment

@@ -54,6 +54,16 @@ sock=$dir/512e.sock
 is "qemu-args: the export name goes to export=, the default ID is sect4k0" \
   "$("$qargs" "nbd+unix:///disk1?socket=$sock")" \
   "-blockdev driver=nbd,node-name=sect4k0,server.type=unix,server.path=$sock,export=disk1 -device virtio-blk-pci,drive=sect4k0,serial=sect4k0,logical_block_size=512,physical_block_size=4096"
+serve many "$plugin" size=16M exports=512n,512e,512e-xp,4kn
+sock=$dir/many.sock
+for x in 512n:512:512 512e-xp:512:4096 4kn:4096:4096; do
+  IFS=: read -r name L P <<<"$x"
+  is "qemu-args: export $name of a many-export server: logical $L, physical $P" \
+    "$("$qargs" "nbd+unix:///$name?socket=$sock" "m$L")" \
+    "-blockdev driver=nbd,node-name=m$L,server.type=unix,server.path=$sock,export=$name -device virtio-blk-pci,drive=m$L,serial=m$L,logical_block_size=$L,physical_block_size=$P"
+done
+fails "qemu-args names an export the server does not have" "cannot query" \
+  "$qargs" "nbd+unix:///9kn?socket=$sock"
 serve nosize memory 1M
 fails "qemu-args refuses a server that advertises no block sizes" "advertises no block sizes" \
   "$qargs" "nbd+unix:///?socket=$dir/nosize.sock"

@@ -32,4 +32,25 @@ for _ in $(seq 50); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
 ! kill -0 $runpid 2>/dev/null && grep -q 'sect4k: stopped' "$tmpdir/run.out"
 ok $? "Ctrl-C stops it"
 kill -9 -- -$runpid 2>/dev/null
+
+# make run EXPORTS=...: one export per preset on the same port.
+port=$((port + 1))
+set -m
+make -s -C "$top" run EXPORTS=512n,512e,512e-xp,4kn PORT=$port SIZE=64M \
+  >"$tmpdir/runx.out" 2>&1 &
+runpid=$!
+set +m
+for _ in $(seq 300); do grep -q 'Stop with Ctrl-C' "$tmpdir/runx.out" && break; sleep 0.1; done
+grep -q "^  512e-xp .*lowest aligned LBA 7.*block sizes 512/4096" "$tmpdir/runx.out" &&
+  grep -q "^  4kn .*block sizes 4096/4096" "$tmpdir/runx.out" &&
+  grep -q "sect4k-attach nbd://localhost:$port/512n" "$tmpdir/runx.out"
+ok $? "make run EXPORTS=... lists the four exports and how to attach one"
+[ "$(nbdinfo --json "nbd://localhost:$port/4kn" | grep -c '"block_size_minimum": 4096')" = 1 ]
+ok $? "a client of nbd://localhost:$port/4kn sees 4096-byte sectors"
+kill -INT -- -$runpid
+for _ in $(seq 50); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+! kill -0 $runpid 2>/dev/null
+ok $? "Ctrl-C stops it"
+kill -9 -- -$runpid 2>/dev/null
+[ $tap_failed = 0 ] || diag "$(cat "$tmpdir/runx.out")"
 done_testing

@@ -141,6 +141,32 @@ srv_case () {
   check "$pfx: the server exited cleanly" test $? = 0
 }
 
+# two_exports PFX LOG: one server on /tmp/two.sock serving exports 512e
+# and 4kn (issue 13), both attached at once by name (sect4k-attach passes
+# nbd-client -N): each device has its export's logical size and O_DIRECT
+# behaviour.  LOG: the server's RMW log ('' if it has none).
+two_exports () {
+  tpfx=$1 tlog=$2          # direct_io_tests sets pfx and log
+  i=0
+  while [ ! -S /tmp/two.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  # 4kn first: no RMW may be logged until the 512e export is written.
+  out=$(sect4k-attach 'nbd+unix:///4kn?socket=/tmp/two.sock' /dev/nbd1 2>&1)
+  is "$tpfx: sect4k-attach export 4kn on /dev/nbd1" "$?:$(printf '%s\n' "$out" | head -n 1)" "0:/dev/nbd1"
+  out=$(sect4k-attach 'nbd+unix:///512e?socket=/tmp/two.sock' /dev/nbd0 2>&1)
+  is "$tpfx: sect4k-attach export 512e on /dev/nbd0 while nbd1 stays attached" \
+    "$?:$(printf '%s\n' "$out" | head -n 1)" "0:/dev/nbd0"
+  is "$tpfx: /dev/nbd0 logical_block_size 512" "$(cat /sys/block/nbd0/queue/logical_block_size)" 512
+  is "$tpfx: /dev/nbd1 logical_block_size 4096" "$(cat /sys/block/nbd1/queue/logical_block_size)" 4096
+  direct_io_tests "$tpfx 4kn nbd1" /dev/nbd1 4096 4096 "$tlog"
+  direct_io_tests "$tpfx 512e nbd0" /dev/nbd0 512 4096 "$tlog"
+  # Separate stores: nbd1's first sector is still zero after nbd0's writes.
+  /opt/bin/dd if=/dev/nbd1 of=/tmp/first bs=4096 count=1 iflag=direct status=none
+  head -c 4096 /dev/zero > /tmp/zero4k
+  check "$tpfx: the 512e export's writes do not show in the 4kn export" cmp -s /tmp/first /tmp/zero4k
+  sect4k-attach --detach /dev/nbd0 >/dev/null 2>&1
+  sect4k-attach --detach /dev/nbd1 >/dev/null 2>&1
+}
+
 suite_nbd () {
   out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/none.sock' 2>&1)
   refused "sect4k-attach refuses without the nbd driver" $? "$out" "nbd driver is missing"
@@ -223,6 +249,22 @@ suite_nbd () {
     check "sect4k-server file 512e-xp: the file store went through io_uring" \
       grep -q "io_uring" /tmp/srv.log
     rm -f /tmp/srv.img
+  fi
+  # Two exports of one server attached at once (nbdkit, then sect4k-server).
+  unload_nbd
+  load_nbd
+  start_server two $PLUGIN size=$SIZE exports=512e,4kn
+  two_exports "two exports of nbdkit" /tmp/two.log
+  stop_server
+  if [ -x /opt/bin/sect4k-server ]; then
+    unload_nbd
+    load_nbd
+    rm -f /tmp/two.sock
+    sect4k-server --unix /tmp/two.sock size=$SIZE exports=512e,4kn 2>/tmp/srv2.log &
+    srv_pid=$!
+    two_exports "two exports of sect4k-server" ""
+    kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null
+    check "two exports of sect4k-server: the server exited cleanly" test $? = 0
   fi
   # nbdkit's memory plugin advertises no block sizes.
   start_server nosize memory 1M

@@ -1,0 +1,332 @@
+/* The export table: export=NAME sections and exports=PRESETS over the
+ * one key parser (config.c).  Nothing here runs per request. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sect4k/exports.h"
+
+/* Keys that pick the geometry: with exports=, a default one would
+ * override every preset. */
+static const char *const geometry_keys[] = {
+  "model", "logical", "physical", "alignment-offset", "lowest-aligned",
+};
+
+void
+s4k_exports_init (struct s4k_exports *t)
+{
+  memset (t, 0, sizeof *t);
+  s4k_config_init (&t->defaults);
+}
+
+bool
+s4k_exports_in_section (const struct s4k_exports *t)
+{
+  return t->n > 0;              /* exports are only added by export= here */
+}
+
+static int
+check_name (const char *name, char *err, size_t errlen)
+{
+  size_t len = strlen (name);
+  if (len == 0) {
+    snprintf (err, errlen, "export=: the name is empty (the first export "
+              "is the default one, which clients reach with the empty "
+              "name)");
+    return -1;
+  }
+  if (len > S4K_EXPORT_NAME_MAX) {
+    snprintf (err, errlen, "export=%.40s...: name longer than %u bytes",
+              name, S4K_EXPORT_NAME_MAX);
+    return -1;
+  }
+  for (const char *p = name; *p; p++)
+    if ((unsigned char) *p <= ' ' || *p == '/' || *p == 0x7f) {
+      snprintf (err, errlen, "export=%s: names are printable characters "
+                "without spaces or '/'", name);
+      return -1;
+    }
+  return 0;
+}
+
+/* Appends an export named name with the defaults. */
+static struct s4k_export *
+add_export (struct s4k_exports *t, const char *name, char *err,
+            size_t errlen)
+{
+  for (size_t i = 0; i < t->n; i++)
+    if (strcmp (t->v[i].name, name) == 0) {
+      snprintf (err, errlen, "export=%s: duplicate export name (each "
+                "export has its own name)", name);
+      return NULL;
+    }
+  struct s4k_export *v = realloc (t->v, (t->n + 1) * sizeof *v);
+  if (!v) {
+    snprintf (err, errlen, "export=%s: out of memory", name);
+    return NULL;
+  }
+  t->v = v;
+  struct s4k_export *e = &v[t->n];
+  memset (e, 0, sizeof *e);
+  if (!(e->name = strdup (name))) {
+    snprintf (err, errlen, "export=%s: out of memory", name);
+    return NULL;
+  }
+  e->cfg = t->defaults;
+  e->cfg.name = e->name;
+  t->n++;
+  return e;
+}
+
+/* exports=: one export per preset, with the defaults as they stand when
+ * the first export= comes (or at the end). */
+static int
+add_presets (struct s4k_exports *t, char *err, size_t errlen)
+{
+  if (!t->presets || t->presets_added)
+    return 0;
+  t->presets_added = true;
+  for (size_t i = 0; i < sizeof geometry_keys / sizeof geometry_keys[0];
+       i++) {
+    const struct s4k_config *d = &t->defaults;
+    bool given[] = { d->model != NULL, d->have_logical, d->have_physical,
+                     d->have_alignment, d->have_lowest_aligned };
+    if (given[i]) {
+      snprintf (err, errlen, "exports=%s: %s= among the defaults would "
+                "override every preset (give it in an export= section)",
+                t->presets, geometry_keys[i]);
+      return -1;
+    }
+  }
+  char *list = strdup (t->presets), *save = NULL;
+  if (!list) {
+    snprintf (err, errlen, "exports=: out of memory");
+    return -1;
+  }
+  int r = 0;
+  for (char *p = strtok_r (list, ",", &save); p && r == 0;
+       p = strtok_r (NULL, ",", &save)) {
+    struct s4k_export *e = add_export (t, p, err, errlen);
+    char e2[256];
+    if (!e)
+      r = -1;
+    else if (s4k_config_set (&e->cfg, "model", p, e2, sizeof e2) == -1) {
+      snprintf (err, errlen, "exports=%s: %s", t->presets, e2);
+      r = -1;
+    }
+  }
+  free (list);
+  return r;
+}
+
+int
+s4k_exports_set (struct s4k_exports *t, const char *key, const char *value,
+                 char *err, size_t errlen)
+{
+  char e2[384];
+
+  if (strcmp (key, "export") == 0) {
+    if (check_name (value, err, errlen) == -1 ||
+        add_presets (t, err, errlen) == -1)
+      return -1;
+    t->named = true;
+    return add_export (t, value, err, errlen) ? 0 : -1;
+  }
+  if (strcmp (key, "exports") == 0) {
+    if (t->n > 0) {
+      snprintf (err, errlen, "export=%s: exports=%s cannot vary per export "
+                "(give it before the first export=)", t->v[t->n - 1].name,
+                value);
+      return -1;
+    }
+    if (t->presets) {
+      snprintf (err, errlen, "exports=%s: given twice (list every preset in "
+                "one exports=)", value);
+      return -1;
+    }
+    if (*value == '\0') {
+      snprintf (err, errlen, "exports=: the list is empty (e.g. "
+                "exports=512n,512e,512e-xp,4kn)");
+      return -1;
+    }
+    for (const char *p = value; *p; p++)
+      if (*p == ',' && (p == value || p[1] == ',' || p[1] == '\0')) {
+        snprintf (err, errlen, "exports=%s: an empty name in the list",
+                  value);
+        return -1;
+      }
+    if (!(t->presets = strdup (value))) {
+      snprintf (err, errlen, "exports=: out of memory");
+      return -1;
+    }
+    t->named = true;
+    return 0;
+  }
+  if (t->n == 0)
+    return s4k_config_set (&t->defaults, key, value, err, errlen);
+  struct s4k_export *e = &t->v[t->n - 1];
+  if (s4k_config_set (&e->cfg, key, value, e2, sizeof e2) == -1) {
+    snprintf (err, errlen, "export=%s: %s", e->name, e2);
+    return -1;
+  }
+  return 0;
+}
+
+/* The defaults' statsfile= for export name: stats.json -> stats.NAME.json,
+ * stats -> stats.NAME. */
+static char *
+statsfile_for (const char *path, const char *name)
+{
+  const char *slash = strrchr (path, '/');
+  const char *dot = strrchr (slash ? slash + 1 : path, '.');
+  if (dot && (dot == path || dot[-1] == '/'))
+    dot = NULL;                 /* a leading dot is not an extension */
+  size_t stem = dot ? (size_t) (dot - path) : strlen (path);
+  size_t n = strlen (path) + strlen (name) + 2;
+  char *s = malloc (n);
+  if (s)
+    snprintf (s, n, "%.*s.%s%s", (int) stem, path, name, dot ? dot : "");
+  return s;
+}
+
+/* Same file: same path, or the same inode once both exist. */
+static bool
+same_file (const char *a, const char *b)
+{
+  struct stat sa, sb;
+  if (strcmp (a, b) == 0)
+    return true;
+  return stat (a, &sa) == 0 && stat (b, &sb) == 0 &&
+         sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int
+s4k_exports_finish (struct s4k_exports *t, char *err, size_t errlen)
+{
+  char e2[384];
+  if (add_presets (t, err, errlen) == -1)
+    return -1;
+  if (t->n == 0) {              /* today's single unnamed export */
+    struct s4k_export *e = add_export (t, "", err, errlen);
+    if (!e)
+      return -1;
+    e->cfg.name = NULL;
+  }
+  for (size_t i = 0; i < t->n; i++) {
+    struct s4k_export *e = &t->v[i];
+    e->cfg.readonly = t->readonly;
+    if (t->n > 1 && e->cfg.statsfile &&
+        e->cfg.statsfile == t->defaults.statsfile) {
+      if (!(e->statsfile = statsfile_for (e->cfg.statsfile, e->name))) {
+        snprintf (err, errlen, "export=%s: out of memory", e->name);
+        return -1;
+      }
+      e->cfg.statsfile = e->statsfile;
+    }
+    if (s4k_config_finish (&e->cfg, e2, sizeof e2) == -1) {
+      if (t->named)
+        snprintf (err, errlen, "export=%s: %s", e->name, e2);
+      else
+        snprintf (err, errlen, "%s", e2);
+      return -1;
+    }
+    for (size_t j = 0; j < i; j++) {
+      const struct s4k_export *o = &t->v[j];
+      if (e->cfg.file && o->cfg.file && same_file (e->cfg.file, o->cfg.file)) {
+        snprintf (err, errlen, "export=%s: file=%s is also export %s's "
+                  "(each export needs a file of its own)", e->name,
+                  e->cfg.file, o->name);
+        return -1;
+      }
+      if (e->cfg.statsfile && o->cfg.statsfile &&
+          strcmp (e->cfg.statsfile, o->cfg.statsfile) == 0) {
+        snprintf (err, errlen, "export=%s: statsfile=%s is also export %s's "
+                  "(each export needs a statsfile of its own)", e->name,
+                  e->cfg.statsfile, o->name);
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
+int
+s4k_exports_open (struct s4k_exports *t, char *err, size_t errlen)
+{
+  char e2[384];
+  for (size_t i = 0; i < t->n; i++) {
+    struct s4k_export *e = &t->v[i];
+    int r = s4k_dev_open (&e->dev, &e->cfg, e2, sizeof e2);
+    if (r < 0) {
+      e->dev = NULL;
+      if (t->named)
+        snprintf (err, errlen, "export=%s: %s", e->name, e2);
+      else
+        snprintf (err, errlen, "%s", e2);
+      return r;
+    }
+    s4k_dev_describe (e->dev, e->description, sizeof e->description);
+  }
+  return 0;
+}
+
+void
+s4k_exports_start (struct s4k_exports *t)
+{
+  for (size_t i = 0; i < t->n; i++)
+    s4k_dev_start (t->v[i].dev);
+}
+
+void
+s4k_exports_close (struct s4k_exports *t)
+{
+  for (size_t i = 0; i < t->n; i++) {
+    s4k_dev_close (t->v[i].dev);
+    free (t->v[i].name);
+    free (t->v[i].statsfile);
+  }
+  free (t->v);
+  free (t->presets);
+  t->v = NULL;
+  t->n = 0;
+  t->presets = NULL;
+}
+
+struct s4k_export *
+s4k_exports_find (const struct s4k_exports *t, const char *name, size_t len)
+{
+  if (t->n == 0)
+    return NULL;
+  if (len == 0)
+    return &t->v[0];
+  for (size_t i = 0; i < t->n; i++)
+    if (strlen (t->v[i].name) == len && memcmp (t->v[i].name, name, len) == 0)
+      return &t->v[i];
+  return NULL;
+}
+
+void
+s4k_exports_names (const struct s4k_exports *t, char *buf, size_t len)
+{
+  size_t at = 0;
+  if (len)
+    buf[0] = '\0';
+  for (size_t i = 0; i < t->n && at < len; i++) {
+    int n = snprintf (buf + at, len - at, "%s%s", i ? ", " : "",
+                      t->v[i].name);
+    if (n < 0)
+      break;
+    at += n;
+  }
+}
+
+void
+s4k_exports_unknown (const struct s4k_exports *t, const char *name,
+                     char *buf, size_t len)
+{
+  char names[512];
+  s4k_exports_names (t, names, sizeof names);
+  snprintf (buf, len, "no export named '%.80s' (exports: %s)", name, names);
+}
