@@ -10,7 +10,7 @@
 
 SERVER := $(if $(SAN),$(B)/sect4k-server,sect4k-server)
 SERVER_MAN := sect4k-server.1
-SERVER_SRCS := server/main.c server/loop.c server/conn.c
+SERVER_SRCS := server/main.c server/loop.c server/conn.c server/handshake.c
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(B)/%.o)
 SERVER_HDRS := $(wildcard server/*.h)
 # Replays the fuzz regression corpus in `make check` (no clang needed).
@@ -24,9 +24,9 @@ $(SERVER_OBJS) $(B)/server/fuzz.o: $(SERVER_HDRS)
 $(SERVER): $(SERVER_OBJS) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(SERVER_OBJS) $(ENGINE_LIB) $(URING_LIBS)
 
-$(FUZZ_REPLAY): server/fuzz.c $(B)/server/conn.o $(ENGINE_LIB) $(SERVER_HDRS)
+$(FUZZ_REPLAY): server/fuzz.c $(B)/server/conn.o $(B)/server/handshake.o $(ENGINE_LIB) $(SERVER_HDRS)
 	$(CC) $(CFLAGS_ALL) $(URING_CFLAGS) -DFUZZ_REPLAY_MAIN -o $@ server/fuzz.c \
-	  $(B)/server/conn.o $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
+	  $(B)/server/conn.o $(B)/server/handshake.o $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
 
 $(SERVER_MAN): server/sect4k-server.pod
 	pod2man --section=1 --center=sect4k --release=sect4k-$(shell sed -n 's/.*S4K_VERSION "\(.*\)"/\1/p' include/sect4k/sect4k.h) --name=sect4k-server $< > $@
@@ -38,11 +38,11 @@ export SECT4K_FUZZ_REPLAY := $(abspath $(FUZZ_REPLAY))
 FUZZ_TIME ?= 60
 FUZZ_DIR := build/fuzz
 FUZZ_BIN := $(FUZZ_DIR)/fuzz-server
-$(FUZZ_BIN): server/fuzz.c server/conn.c $(SERVER_HDRS) $(ENGINE_SRCS) $(wildcard include/sect4k/*.h lib/*.h)
+$(FUZZ_BIN): server/fuzz.c server/conn.c server/handshake.c $(SERVER_HDRS) $(ENGINE_SRCS) $(wildcard include/sect4k/*.h lib/*.h)
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -O1 -g -Iinclude -Wall -Wextra -Werror \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	  $(URING_CFLAGS) -o $@ server/fuzz.c server/conn.c $(ENGINE_SRCS) \
+	  $(URING_CFLAGS) -o $@ server/fuzz.c server/conn.c server/handshake.c $(ENGINE_SRCS) \
 	  -pthread $(URING_LIBS)
 $(FUZZ_BIN): | fuzz-deps
 .PHONY: fuzz-deps
