@@ -53,16 +53,7 @@ static void
 queue_piece (struct file_store *f, struct s4k_store_req *q, piece *p)
 {
   struct io_uring *ring = q->loop->ring;
-  struct io_uring_sqe *sqe = io_uring_get_sqe (ring);
-  if (!sqe) {
-    io_uring_submit (ring);     /* empties the submission queue */
-    sqe = io_uring_get_sqe (ring);
-  }
-  if (!sqe) {
-    /* The kernel took none of a full queue: no way to go on. */
-    fputs ("sect4k: io_uring submission queue full\n", stderr);
-    abort ();
-  }
+  struct io_uring_sqe *sqe = s4k_ring_sqe (ring);
   if (q->kind == S4K_REQ_FLUSH || (zero_or_trim (q) && p != q->piece))
     io_uring_prep_fsync (sqe, f->fd, IORING_FSYNC_DATASYNC);
   else if (zero_or_trim (q))

@@ -94,22 +94,6 @@ thread_ctx (void)
   return tl_ctx;
 }
 
-/* A ring for this thread only: the cheapest setup flags the kernel has. */
-static int
-ring_init (struct io_uring *ring)
-{
-  static const unsigned flags[] = {
-    IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
-    IORING_SETUP_COOP_TASKRUN,
-    0,
-  };
-  int r = -EINVAL;
-  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-    if ((r = io_uring_queue_init (RING_ENTRIES, ring, flags[i])) != -EINVAL)
-      break;
-  return r;
-}
-
 /* This thread's ring, or NULL: then the caller uses pread/pwrite. */
 static struct io_uring *
 thread_ring (struct file_store *f)
@@ -120,7 +104,7 @@ thread_ring (struct file_store *f)
   if (!c)
     return NULL;
   if (c->ring_state == 0)
-    c->ring_state = ring_init (&c->ring) == 0 ? 1 : -1;
+    c->ring_state = s4k_ring_init (&c->ring, RING_ENTRIES) == 0 ? 1 : -1;
   return c->ring_state == 1 ? &c->ring : NULL;
 }
 

@@ -169,9 +169,9 @@ slot_setup (void)
   }
   unlink (tmpl);
   snprintf (store_path, sizeof store_path, "/proc/self/fd/%d", store_fd);
-  int r = io_uring_queue_init (64, &loop.ring, 0);
+  int r = s4k_ring_init (&loop.ring, 64);
   if (r < 0) {
-    fprintf (stderr, "fuzz: io_uring_queue_init: %s (slot mode off)\n",
+    fprintf (stderr, "fuzz: io_uring setup: %s (slot mode off)\n",
              s4k_strerror (-r));
     return false;
   }

@@ -105,16 +105,7 @@ now_ms (void)
 static struct io_uring_sqe *
 get_sqe (struct worker *w)
 {
-  struct io_uring_sqe *sqe = io_uring_get_sqe (&w->ring);
-  if (!sqe) {
-    io_uring_submit (&w->ring);
-    sqe = io_uring_get_sqe (&w->ring);
-  }
-  if (!sqe) {
-    log_msg ("io_uring: submission queue full");
-    abort ();
-  }
-  return sqe;
+  return s4k_ring_sqe (&w->ring);
 }
 
 static void
@@ -560,22 +551,11 @@ tick (struct worker *w)
   }
 }
 
-static int
-ring_init (struct io_uring *ring)
-{
-  /* One thread submits and reaps: let the kernel skip cross-thread work. */
-  int r = io_uring_queue_init (RING_ENTRIES, ring, IORING_SETUP_SINGLE_ISSUER |
-                               IORING_SETUP_DEFER_TASKRUN);
-  if (r == -EINVAL)
-    r = io_uring_queue_init (RING_ENTRIES, ring, 0);
-  return r;
-}
-
 static void *
 worker_main (void *arg)
 {
   struct worker *w = arg;
-  int r = ring_init (&w->ring);
+  int r = s4k_ring_init (&w->ring, RING_ENTRIES);
   pthread_mutex_lock (&ready_lock);
   w->init_error = r;
   ready_count++;

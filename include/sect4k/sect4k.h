@@ -189,6 +189,13 @@ struct s4k_loop {
   void (*post) (struct s4k_loop *loop, struct s4k_completion *c);
 };
 
+/* Sets up a ring used by one thread only, with the cheapest setup flags
+ * the kernel takes.  0 or -errno. */
+int s4k_ring_init (struct io_uring *ring, unsigned entries);
+/* The ring's next SQE, submitting first if the queue is full; stops the
+ * process (with a message) if even that leaves no room. */
+struct io_uring_sqe;
+struct io_uring_sqe *s4k_ring_sqe (struct io_uring *ring);
 /* Hands every completion the ring holds to its s4k_completion (skipping
  * user data NULL) and marks them seen; returns how many there were. */
 unsigned s4k_loop_reap (struct io_uring *ring);

@@ -352,7 +352,7 @@ twins (const char *dir, const struct geom *geo, bool file, uint64_t seed)
   }
 
   struct loop lp = { 0 };
-  if (io_uring_queue_init (64, &lp.ring, 0) < 0)
+  if (s4k_ring_init (&lp.ring, 64) < 0)
     bail ("io_uring_queue_init failed");
   lp.base = (struct s4k_loop) { &lp.ring, post };
   struct waiter w;
