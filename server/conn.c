@@ -602,7 +602,7 @@ too_long (const struct conn *c, const struct nbd_request *rq)
 /* Checks what the engine does not: command, flags, read-only, size
  * limit.  Returns 0 or an errno with msg filled. */
 static int
-check_request (const struct conn *c, const struct nbd_request *rq,
+check_header (const struct conn *c, const struct nbd_request *rq,
                char *msg, size_t len)
 {
   const struct server_cfg *cfg = c->cfg;
@@ -679,7 +679,7 @@ handle_request (struct conn *c)
   const struct nbd_request *rq = &c->req;
   struct s4k_dev *dev = c->cfg->dev;
   char msg[256];
-  int err = check_request (c, rq, msg, sizeof msg);
+  int err = check_header (c, rq, msg, sizeof msg);
   struct slot *s = NULL;
   const bool shutdown = c->stopping || c->eshutdown;
   if (!err && !shutdown && c->loop && engine_cmd (c, rq) &&
