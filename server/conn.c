@@ -603,7 +603,7 @@ too_long (const struct conn *c, const struct nbd_request *rq)
  * limit.  Returns 0 or an errno with msg filled. */
 static int
 check_header (const struct conn *c, const struct nbd_request *rq,
-               char *msg, size_t len)
+              char *msg, size_t len)
 {
   const struct server_cfg *cfg = c->cfg;
   if (rq->type >= NBD_CMD_COUNT) {
