@@ -35,7 +35,16 @@ const char s4k_config_help[] =
   "stats-interval=SECS   Seconds between statsfile updates (default 0:\n"
   "                      at exit only).\n"
   "stats=BOOL            Print a statistics summary to stderr at exit\n"
-  "                      (default false).\n";
+  "                      (default false).\n"
+  "timing=hdd7200|ssd|none  Model a drive's service time: presets for the\n"
+  "                      keys below (default none: no delay).\n"
+  "latency-read=DURATION Base time per read, e.g. 500us, 4ms (default 0).\n"
+  "latency-write=DURATION  Base time per write, zero, trim, flush.\n"
+  "latency-rmw=DURATION  Extra time per physical sector read-modify-written.\n"
+  "rate=BYTES            Transfer rate per second, charged for the whole\n"
+  "                      physical sectors a request touches (0: free).\n"
+  "queue-depth=N         Requests the drive serves at once; the rest wait\n"
+  "                      in order (default unlimited, 32 with a preset).\n";
 
 struct preset {
   const char *name;
@@ -230,6 +239,9 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
     }
   }
   else {
+    int r = s4k_timing_set (&c->timing, key, value, err, errlen);
+    if (r != 1)
+      return r;
     snprintf (err, errlen, "%s=%s: unknown parameter (see --help)",
               key, value);
     return -1;
@@ -300,5 +312,5 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
     snprintf (err, errlen, "direct=true: needs file=");
     return -1;
   }
-  return 0;
+  return s4k_timing_finish (&c->timing, err, errlen);
 }

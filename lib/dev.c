@@ -24,6 +24,7 @@ struct s4k_dev {
   void *debug_opaque;
   struct stats_state stats;
   struct stats_saver saver;
+  struct s4k_timing *timing;    /* NULL unless a timing key asks */
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -79,6 +80,14 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->strict = c->strict;
   d->counting = c->stats_count;
   d->store = store;
+  if (s4k_timing_enabled (&c->timing) &&
+      !(d->timing = s4k_timing_new (&c->timing, &d->g))) {
+    snprintf (err, errlen, "out of memory");
+    s4k_locks_free (d->locks);
+    free (d);
+    store->ops->close (store);
+    return -ENOMEM;
+  }
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;
@@ -121,7 +130,30 @@ s4k_dev_close (struct s4k_dev *d)
   d->store->ops->close (d->store);
   s4k_locks_free (d->locks);
   stats_free (&d->stats);
+  s4k_timing_free (d->timing);
   free (d);
+}
+
+/* The timing model runs in the front ends once the data work is done:
+ * nothing of it is on the data path above. */
+bool
+s4k_dev_timed (const struct s4k_dev *d)
+{
+  return d->timing != NULL;
+}
+
+uint64_t
+s4k_dev_timing (struct s4k_dev *d, enum s4k_op op, uint64_t len,
+                uint64_t off, int r)
+{
+  if (!d->timing || r != 0)
+    return 0;                   /* a drive refuses at once */
+  struct s4k_timing_cost c;
+  const uint64_t now = s4k_now_ns ();
+  const uint64_t due = s4k_timing_schedule (d->timing, op, len, off, now, &c);
+  if (d->counting)
+    stats_count_time (&d->stats, op, &c);
+  return due > now ? due : 0;
 }
 
 void
