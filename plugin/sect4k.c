@@ -19,6 +19,7 @@ NBDKIT_DLL_PUBLIC int sect4k_debug_rmw = 0;
 static struct s4k_config cfg;
 static struct s4k_dev *dev;
 static char description[256];   /* the export description, set once */
+static bool timed;              /* a timing key was given: set once */
 
 struct handle {
   bool refused_once;            /* strict refusals are logged once */
@@ -75,8 +76,9 @@ sect4k_get_ready (void)
   }
   if (sect4k_debug_rmw)
     s4k_dev_set_debug (dev, S4K_DEBUG_RMW, log_debug, NULL);
-  /* Before any connection: the threads then only read it. */
+  /* Before any connection: the threads then only read them. */
   s4k_dev_describe (dev, description, sizeof description);
+  timed = s4k_dev_timed (dev);
   nbdkit_debug ("sect4k: %s, size %" PRIu64, description,
                 s4k_dev_geometry (dev)->size);
   nbdkit_debug ("sect4k: %s", s4k_dev_store_info (dev));
@@ -166,10 +168,25 @@ sect4k_can_fast_zero (void *h)
   return s4k_dev_can_fast_zero (dev);
 }
 
+/* The timing model: this worker thread sleeps until the request's
+ * modelled completion, the data work done and its sector locks released
+ * (other requests go on in the other threads; nbdkit's -t bounds how many
+ * are in flight).  nbdkit_nanosleep wakes early at shutdown. */
+static void __attribute__ ((noinline, cold))
+wait_modelled (int r, enum s4k_op op, uint64_t len, uint64_t off)
+{
+  const uint64_t due = s4k_dev_timing (dev, op, len, off, r);
+  const uint64_t now = s4k_now_ns ();
+  if (due > now)
+    nbdkit_nanosleep ((due - now) / 1000000000u, (due - now) % 1000000000u);
+}
+
 /* Turns an engine result into nbdkit's convention. */
 static int
 result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
 {
+  if (__builtin_expect (timed, 0))
+    wait_modelled (r, op, len, off);
   if (r == 0)
     return 0;
   if (r == -EINVAL && s4k_refused (dev, op, len, off)) {
