@@ -136,5 +136,33 @@ for front in FRONTS:
                "%s: queue-depth=32 serves all %d at once: no modelled wait "
                "(wall %.3f s, %.2f s if serial)" % (front, N, wall, N * LAT))
 
+    # ---- the statistics file: schema, table, plot ------------------------
+    if front == "server":
+        doc = os.path.join(tmp, "server-misaligned.json")
+        try:
+            import jsonschema
+            schema = json.load(open(os.path.join(here, "..", "..", "docs",
+                                                 "stats.schema.json")))
+            try:
+                jsonschema.validate(json.load(open(doc)), schema)
+                err = None
+            except jsonschema.ValidationError as e:
+                err = e.message
+            ok(err is None, "timed statistics validate against the schema (%s)"
+               % err)
+        except ImportError:
+            skip("timed statistics against the schema", "no python3-jsonschema")
+        png = os.path.join(tmp, "time.png")
+        r = subprocess.run([os.path.join(here, "..", "..", "scripts",
+                                         "sect4k-stats"), doc, "--plot", png],
+                           capture_output=True, text=True)
+        ok("modelled write:" in r.stdout and "RMW 16.667" in r.stdout,
+           "sect4k-stats shows where the modelled time went")
+        if shutil.which("gnuplot"):
+            ok(r.returncode == 0 and open(png, "rb").read(4) == b"\x89PNG",
+               "sect4k-stats --plot draws it (%s)" % r.stderr.strip())
+        else:
+            skip("sect4k-stats --plot", "gnuplot is not installed")
+
 subprocess.run(["rm", "-rf", tmp])
 done_testing()
