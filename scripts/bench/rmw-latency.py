@@ -70,8 +70,9 @@ def fio(uri, tmp, opts):
                 "[job]\n" % uri)
         f.write("".join("%s=%s\n" % kv for kv in opts.items()))
     out = os.path.join(tmp, "out.json")
+    # cwd: fio's verify leaves its state files there.
     r = subprocess.run(["fio", "--output-format=json", "--output=" + out, job],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, cwd=tmp)
     text = open(out).read() if os.path.exists(out) else ""
     # fio may print warnings before the JSON.
     doc = json.loads(text[text.index("{"):]) if "{" in text else {}
