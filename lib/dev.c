@@ -146,8 +146,8 @@ uint64_t
 s4k_dev_timing (struct s4k_dev *d, enum s4k_op op, uint64_t len,
                 uint64_t off, int r)
 {
-  if (!d->timing || r != 0)
-    return 0;                   /* a drive refuses at once */
+  if (!d->timing || r != 0 || op == S4K_OP_EXTENTS || op == S4K_OP_CACHE)
+    return 0;                   /* refused at once, or no media work */
   struct s4k_timing_cost c;
   const uint64_t now = s4k_now_ns ();
   const uint64_t due = s4k_timing_schedule (d->timing, op, len, off, now, &c);
