@@ -732,8 +732,9 @@ slot_finished (struct conn *c, struct slot *s, int r)
 static void
 slot_timer (struct s4k_completion *t, int res)
 {
-  (void) res;                   /* -ETIME */
+  (void) res;                   /* -ETIME, or -ECANCELED: closing */
   struct slot *s = s4k_container_of (t, struct slot, timer);
+  s->timing = false;
   slot_finished (s->c, s, s->result);
 }
 
@@ -757,6 +758,7 @@ slot_delay (struct conn *c, struct slot *s, int r)
   s->due.tv_sec = due / 1000000000u;
   s->due.tv_nsec = due % 1000000000u;
   s->timer.fn = slot_timer;
+  s->timing = true;
   s4k_loop_timeout (c->loop, &s->timer, &s->due);
   return true;
 }

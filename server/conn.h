@@ -101,6 +101,8 @@ struct slot {
   struct s4k_completion timer;
   struct __kernel_timespec due;
   int result;                     /* the engine's, replied at due */
+  bool timing;                    /* the timer is armed (a closing
+                                     connection cancels it) */
 };
 
 enum conn_state {

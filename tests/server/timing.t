@@ -138,6 +138,32 @@ for front in FRONTS:
                "%s: queue-depth=32 serves all %d at once: no modelled wait "
                "(wall %.3f s, %.2f s if serial)" % (front, N, wall, N * LAT))
 
+    # ---- a client gone while its reply waits an hour: no wait to stop ----
+    # The server cancels the timer of a closing connection; the plugin's
+    # nbdkit_nanosleep wakes at shutdown.  Under ASan nbdkit 1.32's own
+    # exit hangs once it has logged the failed reply to the gone client
+    # (strerror's locale lock), whatever the plugin does.
+    if front == "plugin" and os.environ.get("SECT4K_SAN") == "asan":
+        skip("plugin: stops with a modelled reply an hour away",
+             "nbdkit's exit hangs under ASan after a failed reply")
+    else:
+        srv = FRONTS[front]("size=1M", "latency-write=3600s")
+        try:
+            h = nbd.NBD()
+            h.connect_uri(srv.uri)
+            h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(4096)), 0)
+            h.poll(0)           # the request is on its way, not answered
+            time.sleep(0.5)
+            del h               # closes the socket, the reply still due
+            t0 = time.monotonic()
+            status = srv.stop()
+            took = time.monotonic() - t0
+            ok(status == 0 and took < 15,
+               "%s: stops in %.1f s with a modelled reply an hour away for "
+               "a client that has gone (status %s)" % (front, took, status))
+        finally:
+            srv.__exit__(None, None, None)
+
     # ---- the statistics file: schema, table, plot ------------------------
     if front == "server":
         doc = os.path.join(tmp, "server-misaligned.json")
