@@ -44,7 +44,16 @@ const char s4k_config_help[] =
   "                      exports=512n,512e,512e-xp,4kn (before any export=).\n"
   "                      With several exports, a default statsfile=s.json\n"
   "                      becomes s.NAME.json for each.\n"
-  S4K_FAULT_HELP;
+  S4K_FAULT_HELP
+  "timing=hdd7200|ssd|none  Model a drive's service time: presets for the\n"
+  "                      keys below (default none: no delay).\n"
+  "latency-read=DURATION Base time per read, e.g. 500us, 4ms (default 0).\n"
+  "latency-write=DURATION  Base time per write, zero, trim, flush.\n"
+  "latency-rmw=DURATION  Extra time per physical sector read-modify-written.\n"
+  "rate=BYTES            Transfer rate per second, charged for the whole\n"
+  "                      physical sectors a request touches (0: free).\n"
+  "queue-depth=N         Requests the drive serves at once; the rest wait\n"
+  "                      in order (default unlimited, 32 with a preset).\n";
 
 struct preset {
   const char *name;
@@ -242,6 +251,9 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
     int r = s4k_fault_config_set (&c->fault, key, value, err, errlen);
     if (r != 1)
       return r;
+    r = s4k_timing_set (&c->timing, key, value, err, errlen);
+    if (r != 1)
+      return r;
     snprintf (err, errlen, "%s=%s: unknown parameter (see --help)",
               key, value);
     return -1;
@@ -312,5 +324,7 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
     snprintf (err, errlen, "direct=true: needs file=");
     return -1;
   }
-  return s4k_fault_config_finish (&c->fault, g, err, errlen);
+  if (s4k_fault_config_finish (&c->fault, g, err, errlen) == -1)
+    return -1;
+  return s4k_timing_finish (&c->timing, err, errlen);
 }

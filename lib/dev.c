@@ -32,6 +32,7 @@ struct s4k_dev {
   struct stats_saver saver;
   struct s4k_fault *fault;      /* the fault layer over the store, or NULL */
   const char *name;             /* export name or NULL: for statistics */
+  struct s4k_timing *timing;    /* NULL unless a timing key asks */
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -94,6 +95,14 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->counting = c->stats_count;
   d->store = store;
   d->name = c->name;
+  if (s4k_timing_enabled (&c->timing) &&
+      !(d->timing = s4k_timing_new (&c->timing, &d->g))) {
+    snprintf (err, errlen, "out of memory");
+    s4k_locks_free (d->locks);
+    free (d);
+    store->ops->close (store);
+    return -ENOMEM;
+  }
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;
@@ -140,7 +149,30 @@ s4k_dev_close (struct s4k_dev *d)
   d->store->ops->close (d->store);
   s4k_locks_free (d->locks);
   stats_free (&d->stats);
+  s4k_timing_free (d->timing);
   free (d);
+}
+
+/* The timing model runs in the front ends once the data work is done:
+ * nothing of it is on the data path above. */
+bool
+s4k_dev_timed (const struct s4k_dev *d)
+{
+  return d->timing != NULL;
+}
+
+uint64_t
+s4k_dev_timing (struct s4k_dev *d, enum s4k_op op, uint64_t len,
+                uint64_t off, int r)
+{
+  if (!d->timing || r != 0 || op == S4K_OP_EXTENTS || op == S4K_OP_CACHE)
+    return 0;                   /* refused at once, or no media work */
+  struct s4k_timing_cost c;
+  const uint64_t now = s4k_now_ns ();
+  const uint64_t due = s4k_timing_schedule (d->timing, op, len, off, now, &c);
+  if (d->counting)
+    stats_count_time (&d->stats, op, &c);
+  return due > now ? due : 0;
 }
 
 void

@@ -15,6 +15,7 @@ struct op_counters {
 #undef FIELD
   _Atomic uint64_t size_hist[S4K_SIZE_BUCKETS];
   _Atomic uint64_t offset_hist[S4K_OFFSET_BUCKETS];
+  _Atomic uint64_t latency_hist[S4K_LATENCY_BUCKETS];
 };
 
 struct stats_block {
@@ -117,6 +118,27 @@ stats_count (struct stats_state *st, const struct s4k_geometry *g,
 }
 
 void
+stats_count_time (struct stats_state *st, enum s4k_op op,
+                  const struct s4k_timing_cost *t)
+{
+  struct stats_block *b = my_block (st);
+  if (!b)
+    return;
+  struct op_counters *c = &b->op[op];
+  const uint64_t service = t->base + t->transfer + t->rmw;
+  const uint64_t us = (service + t->wait) / 1000;
+  unsigned k = us ? 64 - __builtin_clzll (us) : 0;      /* 1 us -> 1 */
+  add (&c->modelled_requests, 1);
+  add (&c->modelled_ns, service);
+  add (&c->modelled_base_ns, t->base);
+  add (&c->modelled_transfer_ns, t->transfer);
+  add (&c->modelled_rmw_ns, t->rmw);
+  add (&c->modelled_wait_ns, t->wait);
+  add (&c->latency_hist[k < S4K_LATENCY_BUCKETS ? k
+                                                : S4K_LATENCY_BUCKETS - 1], 1);
+}
+
+void
 stats_sum (struct stats_state *st, struct s4k_stats *out)
 {
   struct timespec now;
@@ -137,6 +159,8 @@ stats_sum (struct stats_state *st, struct s4k_stats *out)
         SUM (size_hist[k]);
       for (unsigned k = 0; k < S4K_OFFSET_BUCKETS; k++)
         SUM (offset_hist[k]);
+      for (unsigned k = 0; k < S4K_LATENCY_BUCKETS; k++)
+        SUM (latency_hist[k]);
     }
 #undef SUM_COUNTER
 #undef SUM

@@ -43,5 +43,8 @@ void stats_count (struct stats_state *st, const struct s4k_geometry *g,
                   enum s4k_op op, uint64_t len, uint64_t off, int result,
                   bool refused, const struct tally *t);
 void stats_sum (struct stats_state *st, struct s4k_stats *out);
+/* The timing model's charge for one request (s4k_dev_timing). */
+void stats_count_time (struct stats_state *st, enum s4k_op op,
+                       const struct s4k_timing_cost *c);
 
 #endif

@@ -82,6 +82,8 @@ s4k_stats_write_json (const struct s4k_dev *d, FILE *fp)
     json_array (fp, o->size_hist, S4K_SIZE_BUCKETS);
     fprintf (fp, ",\n      \"offset_hist\": ");
     json_array (fp, o->offset_hist, s.offset_buckets);
+    fprintf (fp, ",\n      \"latency_hist\": ");
+    json_array (fp, o->latency_hist, S4K_LATENCY_BUCKETS);
     fprintf (fp, "}%s\n", i + 1 < S4K_NOPS ? "," : "");
   }
   fprintf (fp, "  }\n}\n");
@@ -130,4 +132,15 @@ s4k_stats_print (const struct s4k_dev *d, FILE *fp)
       fprintf (fp, " +%" PRIu64 ":%" PRIu64, (uint64_t) i * s.offset_bucket,
                w->offset_hist[i]);
   fprintf (fp, "\n");
+  for (unsigned i = 0; i < S4K_NOPS; i++) {
+    const struct s4k_op_stats *o = &s.op[i];
+    const double n = o->modelled_requests;
+    if (n)
+      fprintf (fp, "modelled %s: %" PRIu64 " requests, mean service %.0f us "
+               "(base %.0f, transfer %.0f, RMW %.0f), mean wait %.0f us\n",
+               s4k_op_names[i], o->modelled_requests,
+               o->modelled_ns / n / 1e3, o->modelled_base_ns / n / 1e3,
+               o->modelled_transfer_ns / n / 1e3, o->modelled_rmw_ns / n / 1e3,
+               o->modelled_wait_ns / n / 1e3);
+  }
 }

@@ -19,6 +19,7 @@ NBDKIT_DLL_PUBLIC int sect4k_debug_rmw = 0;
 
 static struct s4k_exports exports;
 static bool faults;             /* fault keys given: power cuts may happen */
+static bool timed;              /* a timing key was given: set once */
 
 struct handle {
   struct s4k_dev *dev;          /* the export the client named */
@@ -97,6 +98,8 @@ sect4k_get_ready (void)
   }
   for (size_t i = 0; i < exports.n; i++)
     faults |= exports.v[i].cfg.fault.on;
+  for (size_t i = 0; i < exports.n; i++)
+    timed |= s4k_dev_timed (exports.v[i].dev);
   return 0;
 }
 
@@ -241,12 +244,24 @@ sect4k_can_fast_zero (void *h)
   return s4k_dev_can_fast_zero (dev_of (h));
 }
 
-/* Turns an engine result into nbdkit's convention. */
-static int
-result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
+/* The timing model: this worker thread sleeps until the request's
+ * modelled completion, the data work done and its sector locks released
+ * (other requests go on in the other threads; nbdkit's -t bounds how many
+ * are in flight).  nbdkit_nanosleep wakes early at shutdown. */
+static void __attribute__ ((noinline, cold))
+wait_modelled (struct handle *h, int r, enum s4k_op op, uint64_t len,
+               uint64_t off)
 {
-  if (r == 0)
-    return 0;
+  const uint64_t due = s4k_dev_timing (h->dev, op, len, off, r);
+  const uint64_t now = s4k_now_ns ();
+  if (due > now)
+    nbdkit_nanosleep ((due - now) / 1000000000u, (due - now) % 1000000000u);
+}
+
+/* An engine error in nbdkit's convention. */
+static int
+failed (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
+{
   if (r == -EINVAL && s4k_refused (h->dev, op, len, off)) {
     char msg[256];
     s4k_explain_refusal (h->dev, op, len, off, msg, sizeof msg);
@@ -263,6 +278,16 @@ result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
                   s4k_op_names[op], off, len, s4k_strerror (-r));
   nbdkit_set_error (-r);
   return -1;
+}
+
+/* Turns an engine result into nbdkit's convention.  Inline, so success
+ * costs the callers one test (and the timing model's one more). */
+static inline int
+result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
+{
+  if (__builtin_expect (timed, 0))
+    wait_modelled (h, r, op, len, off);
+  return r == 0 ? 0 : failed (h, r, op, len, off);
 }
 
 static int

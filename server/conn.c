@@ -411,16 +411,58 @@ slot_done (struct conn *c, struct slot *s, int r)
   slot_put (c, s);
 }
 
-/* A slot's request finished (on the loop's thread). */
+/* A slot's request is over (on the loop's thread). */
 static void
-aio_done (void *opaque, int r)
+slot_finished (struct conn *c, struct slot *s, int r)
 {
-  struct slot *s = opaque;
-  struct conn *c = s->c;
   c->inflight--;
   slot_done (c, s, r);
   conn_process (c);
   c->wake (c);                  /* may free c: last */
+}
+
+static void
+slot_timer (struct s4k_completion *t, int res)
+{
+  (void) res;                   /* -ETIME, or -ECANCELED: closing */
+  struct slot *s = s4k_container_of (t, struct slot, timer);
+  s->timing = false;
+  slot_finished (s->c, s, s->result);
+}
+
+/* The timing model: the reply to s (whose engine result is r) waits for
+ * its modelled completion on an io_uring timeout of the loop, which
+ * serves everything else meanwhile; the data work is done and its sector
+ * locks are released.  False if there is nothing to wait for. */
+static bool
+slot_delay (struct conn *c, struct slot *s, int r)
+{
+  static const enum s4k_op op[NBD_CMD_COUNT] = {
+    [NBD_CMD_READ] = S4K_OP_READ, [NBD_CMD_WRITE] = S4K_OP_WRITE,
+    [NBD_CMD_FLUSH] = S4K_OP_FLUSH, [NBD_CMD_TRIM] = S4K_OP_TRIM,
+    [NBD_CMD_WRITE_ZEROES] = S4K_OP_ZERO,
+  };
+  const uint64_t due = s4k_dev_timing (c->cfg->dev, op[s->req.type],
+                                       s->req.length, s->req.offset, r);
+  if (!due)
+    return false;
+  s->result = r;
+  s->due.tv_sec = due / 1000000000u;
+  s->due.tv_nsec = due % 1000000000u;
+  s->timer.fn = slot_timer;
+  s->timing = true;
+  s4k_loop_timeout (c->loop, &s->timer, &s->due);
+  return true;
+}
+
+/* A slot's request finished in the engine (on the loop's thread). */
+static void
+aio_done (void *opaque, int r)
+{
+  struct slot *s = opaque;
+  if (s->c->timed && slot_delay (s->c, s, r))
+    return;                     /* still in flight */
+  slot_finished (s->c, s, r);
 }
 
 /* Runs a read, write, flush, zero or trim: through slot s (in flight
@@ -475,7 +517,7 @@ run_cmd (struct conn *c, struct slot *s)
   }
   if (!s)
     cmd_done (c, rq, r, base);
-  else if (r == 1)
+  else if (r == 1 || (c->timed && slot_delay (c, s, r)))
     c->inflight++;
   else
     slot_done (c, s, r);

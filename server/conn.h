@@ -8,13 +8,17 @@
  * buffer): up to CONN_MAX_INFLIGHT of them run at once and finish on the
  * event loop's thread, in any order (replies carry the cookie).  Cache,
  * block status, refusals, and everything with the memory store run
- * inline in conn_process, in order. */
+ * inline in conn_process, in order -- except under the timing model
+ * (timing=, latency-*=), where the memory store's requests take slots
+ * too: each reply then waits for its modelled completion on an io_uring
+ * timeout of the loop. */
 #ifndef SECT4K_SERVER_CONN_H
 #define SECT4K_SERVER_CONN_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <linux/time_types.h>
 
 #include "sect4k/sect4k.h"
 #include "nbd.h"
@@ -105,6 +109,12 @@ struct slot {
   struct nbd_request req;
   struct pbuf buf;                /* write payload or read data */
   bool used;                      /* reserved or in the engine */
+  /* The timing model: the reply waits for the modelled completion. */
+  struct s4k_completion timer;
+  struct __kernel_timespec due;
+  int result;                     /* the engine's, replied at due */
+  bool timing;                    /* the timer is armed (a closing
+                                     connection cancels it) */
 };
 
 enum conn_state {
@@ -155,7 +165,9 @@ struct conn {
    * only ever writes into slot buffers, never into out, so out may be
    * handed to the socket at any time. */
   struct s4k_loop *loop;
-  unsigned inflight;              /* slots in the engine (done pending) */
+  bool timed;                     /* timing model: replies wait on timers */
+  unsigned inflight;              /* slots in the engine or waiting for
+                                     their modelled completion */
   unsigned slots_used;            /* slots reserved or in the engine */
   uint64_t inflight_bytes;        /* read/write bytes of the used slots */
   uint64_t kept_bytes;            /* buffer bytes of the idle slots */

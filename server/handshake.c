@@ -95,7 +95,8 @@ enter_transmission (struct conn *c)
 {
   c->transmission = true;
   c->state = ST_REQUEST;
-  if (c->loop && !s4k_dev_async (c->cfg->dev))
+  c->timed = c->loop && s4k_dev_timed (c->cfg->dev);
+  if (c->loop && !s4k_dev_async (c->cfg->dev) && !c->timed)
     c->loop = NULL;             /* the export's requests all run inline */
   c->epoch = s4k_dev_power_cuts (c->cfg->dev);
   s4k_fault_epoch (c->epoch);   /* for requests in this same receive */

@@ -182,6 +182,11 @@ start_close (struct sconn *sc)
     sc->closing = true;
     conn_close (&sc->c);
     shutdown (sc->fd, SHUT_RDWR);
+    /* Replies held for the timing model go nowhere now: no need to wait
+     * for their modelled completion (up to an hour) to free it. */
+    for (unsigned i = 0; i < CONN_MAX_INFLIGHT; i++)
+      if (sc->c.slots[i].timing)
+        cancel_op (sc->w, &sc->c.slots[i].timer);
   }
 }
 

@@ -77,6 +77,27 @@ uint64_t s4k_sector_count (const struct s4k_geometry *g);
 /* Lowest aligned LBA as scsi_debug means it: A / L. */
 uint64_t s4k_lowest_aligned (const struct s4k_geometry *g);
 
+/* ---- timing model: what a request would cost a real drive ------------- */
+
+/* Keys latency-read=, latency-write=, latency-rmw=, rate=, queue-depth=,
+ * timing= (lib/timing.c).  All zero: no timing, and no cost. */
+struct s4k_timing_params {
+  uint64_t read_ns, write_ns;  /* base service time per request */
+  uint64_t rmw_ns;             /* per physical sector read-modify-written */
+  uint64_t rate;               /* bytes/s over the sectors touched; 0: free */
+  uint32_t queue_depth;        /* requests served at once; 0: unlimited */
+  const char *preset;          /* timing=: hdd7200, ssd, none, or NULL */
+  bool have_read, have_write, have_rmw, have_rate, have_queue_depth;
+};
+
+/* What the model charges one request, in ns.  service = base + transfer +
+ * rmw; wait is the time it queued (queue-depth, or an earlier RMW of the
+ * same physical sector). */
+struct s4k_timing_cost {
+  uint64_t base, transfer, rmw, wait;
+  uint64_t sectors, rmw_sectors;        /* physical sectors touched, RMW'd */
+};
+
 /* ---- configuration (shared key=value parser of plugin and server) ------ */
 
 /* Fault keys (write-cache=, power-cut-after=, torn=, seed=, cut-report=,
@@ -118,6 +139,7 @@ struct s4k_config {
   struct s4k_fault_config fault;
   const char *name;           /* export name (export=), NULL if unnamed;
                                  set by the export table (exports.h) */
+  struct s4k_timing_params timing;   /* latency-*=, rate=, timing=, ... */
 };
 
 void s4k_config_init (struct s4k_config *c);
@@ -318,6 +340,10 @@ int s4k_aio_flush (struct s4k_aio *a);
 /* Offsets within the physical sector, (off - A) mod P, in buckets of
  * s4k_stats.offset_bucket bytes (the logical size, or P/64 if larger). */
 #define S4K_OFFSET_BUCKETS 64
+/* Modelled latency (wait + service) of the requests the timing model
+ * served: bucket 0 is < 1 us, bucket i >= 1 is [2^(i-1), 2^i) us; the last
+ * takes everything longer. */
+#define S4K_LATENCY_BUCKETS 24
 
 /* The counters of each op, in JSON order, one line each: the fields of
  * s4k_op_stats, the per-thread blocks, their sum and the JSON all expand
@@ -339,7 +365,15 @@ int s4k_aio_flush (struct s4k_aio *a);
   X (extra_sectors, "requests touching more sectors than their length needs") \
   /* Faults (bad-sectors=, the control socket). */                          \
   X (bad_sector_errors, "requests failed with EIO by a bad sector")          \
-  X (bad_sectors_cleared, "bad physical sectors a whole-sector write, zero or trim repaired")
+  X (bad_sectors_cleared, "bad sectors a whole-sector write, zero or trim repaired") \
+  /* The timing model (timing=, latency-*=, rate=): service = base +      \
+   * transfer + rmw, in ns. */                                               \
+  X (modelled_requests, "requests the timing model served")                 \
+  X (modelled_ns, "modelled service time, ns: base + transfer + RMW")       \
+  X (modelled_base_ns, "of which base latency (latency-read/write=)")       \
+  X (modelled_transfer_ns, "of which transfer of the sectors touched")      \
+  X (modelled_rmw_ns, "of which read-modify-writes (latency-rmw=)")         \
+  X (modelled_wait_ns, "modelled queueing: queue-depth=, same-sector RMW")
 
 struct s4k_op_stats {
 #define S4K_FIELD(name, description) uint64_t name;
@@ -347,6 +381,7 @@ struct s4k_op_stats {
 #undef S4K_FIELD
   uint64_t size_hist[S4K_SIZE_BUCKETS];
   uint64_t offset_hist[S4K_OFFSET_BUCKETS];
+  uint64_t latency_hist[S4K_LATENCY_BUCKETS];
 };
 
 struct s4k_stats {
@@ -390,5 +425,53 @@ int s4k_dev_bad_remove (struct s4k_dev *d, uint64_t first_lba,
 int s4k_dev_bad_list (struct s4k_dev *d, FILE *fp);
 /* key=value lines: geometry, cache fill, cuts. */
 void s4k_dev_fault_status (struct s4k_dev *d, FILE *fp);
+
+/* ---- timing model (lib/timing.c) --------------------------------------- */
+
+/* Applies key=value if key is a timing key: 0, or -1 with err filled;
+ * 1 if key is not one of them. */
+int s4k_timing_set (struct s4k_timing_params *p, const char *key,
+                    const char *value, char *err, size_t errlen);
+/* Fills the preset's values into the keys not given. */
+int s4k_timing_finish (struct s4k_timing_params *p, char *err,
+                       size_t errlen);
+/* True if a request can cost anything. */
+bool s4k_timing_enabled (const struct s4k_timing_params *p);
+/* nbdkit's duration syntax: a number (decimals allowed) with s, ms, us or
+ * ns; a bare number is seconds.  -1 if malformed or above an hour. */
+int s4k_parse_duration (const char *str, uint64_t *ns);
+/* Pure: the service time of one request (wait 0), from the geometry. */
+void s4k_timing_cost (const struct s4k_timing_params *p,
+                      const struct s4k_geometry *g, enum s4k_op op,
+                      uint64_t len, uint64_t off, struct s4k_timing_cost *c);
+
+/* The drive's queue: which requests it serves at once, and in what order
+ * an RMW of one physical sector follows another.  Thread-safe. */
+struct s4k_timing;
+struct s4k_timing *s4k_timing_new (const struct s4k_timing_params *p,
+                                   const struct s4k_geometry *g);
+void s4k_timing_free (struct s4k_timing *t);
+/* A request arriving at now (ns): when it completes, with c filled.  A
+ * request that costs nothing completes at now and holds no queue slot. */
+uint64_t s4k_timing_schedule (struct s4k_timing *t, enum s4k_op op,
+                              uint64_t len, uint64_t off, uint64_t now,
+                              struct s4k_timing_cost *c);
+
+/* CLOCK_MONOTONIC in ns. */
+uint64_t s4k_now_ns (void);
+/* True if the device models service times (timing= or a latency key). */
+bool s4k_dev_timed (const struct s4k_dev *d);
+/* Call once a request has finished with r (0 or -errno): its modelled
+ * completion time (CLOCK_MONOTONIC ns), counted in the statistics; 0 if
+ * it need not wait (not timed, failed, or free). */
+uint64_t s4k_dev_timing (struct s4k_dev *d, enum s4k_op op, uint64_t len,
+                         uint64_t off, int r);
+
+/* Runs c->fn (c, res) on the loop's thread once CLOCK_MONOTONIC reaches
+ * *at (an absolute IORING_OP_TIMEOUT: res is -ETIME); *at must stay as it
+ * is until the loop has submitted it. */
+struct __kernel_timespec;
+void s4k_loop_timeout (struct s4k_loop *loop, struct s4k_completion *c,
+                       struct __kernel_timespec *at);
 
 #endif

@@ -18,3 +18,13 @@ bench-engine: $(B)/bench-engine
 	scripts/bench/engine-ir $(abspath $(B)/bench-engine)
 $(B)/bench-engine: scripts/bench/engine.c $(ENGINE_LIB)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
+
+# make bench-rmw-latency: 512-byte writes with a 1 ms write latency, sect4k
+# (plugin and server) against nbdkit's blocksize+delay filters (issue 12);
+# writes its table into BENCHMARKS.md.  Part of `make bench`.
+.PHONY: bench-rmw-latency
+bench: bench-rmw-latency
+bench-rmw-latency: $(PLUGIN) $(SERVER)
+	@scripts/install-deps fio
+	python3 scripts/bench/rmw-latency.py --plugin $(PLUGIN) --server $(SERVER) \
+	  --out BENCHMARKS.md
