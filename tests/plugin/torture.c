@@ -174,7 +174,7 @@ main (int argc, char **argv)
   ok (nbd_can_multi_conn (w[0].h) == 1, "server allows multi-conn");
   for (unsigned i = 0; i < run.nwriters; i++)
     pthread_create (&t[i], NULL, run_writer, &w[i]);
-  uint64_t sub = 0, ops = 0, reads = 0, checked;
+  uint64_t sub = 0, ops = 0, reads = 0, checked = 0;
   for (unsigned i = 0; i < run.nwriters; i++) {
     pthread_join (t[i], NULL);
     sub += run.logs[i].sub_writes;

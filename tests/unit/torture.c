@@ -116,7 +116,7 @@ torture (uint32_t L, uint32_t P, uint32_t A, uint32_t nsectors,
     w[i] = (struct writer) { &run, i, 0x9E3779B97F4A7C15ull * (i + 1) };
     pthread_create (&t[i], NULL, run_writer, &w[i]);
   }
-  uint64_t sub = 0, reads = 0, checked;
+  uint64_t sub = 0, reads = 0, checked = 0;
   for (unsigned i = 0; i < run.nwriters; i++) {
     pthread_join (t[i], NULL);
     sub += run.logs[i].sub_writes;
