@@ -732,6 +732,21 @@ whole_sectors (const struct s4k_dev *d, uint64_t len, uint64_t off,
   return true;
 }
 
+/* The plans of reads and writes, out of line so that the fast paths
+ * below stay small. */
+static __attribute__ ((noinline)) int
+planned_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+{
+  return sync_request (d, S4K_OP_READ, buf, len, off, 0);
+}
+
+static __attribute__ ((noinline)) int
+planned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+               unsigned flags)
+{
+  return sync_request (d, S4K_OP_WRITE, (void *) buf, len, off, flags);
+}
+
 int
 s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
 {
@@ -740,7 +755,7 @@ s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
     struct s4k_io io = { buf, len, off };
     return d->store->ops->read (d->store, &io, 1);
   }
-  return sync_request (d, S4K_OP_READ, buf, len, off, 0);
+  return planned_read (d, buf, len, off);
 }
 
 int
@@ -755,7 +770,7 @@ s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
     s4k_unlock (d->locks, first, last, false);
     return r;
   }
-  return sync_request (d, S4K_OP_WRITE, (void *) buf, len, off, flags);
+  return planned_write (d, buf, len, off, flags);
 }
 
 int

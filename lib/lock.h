@@ -83,16 +83,12 @@ s4k_unlock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
   struct s4k_stripe *s = s4k_stripe_of (l, first >> S4K_LOCK_GROUP_SHIFT);
   if ((first ^ last) >> S4K_LOCK_GROUP_SHIFT == 0 &&
       !atomic_exchange_explicit (&s->busy, 1, memory_order_acquire)) {
-    /* Ours is the only range held: nobody can wait on it, or they would
-     * be counted (waiters) or queued, under the spinlock. */
+    /* Ours is the only range held and nobody waits (waiters count and
+     * queue under the spinlock): no futex to bump or wake. */
     bool alone = s->n == 1 && !s->queue &&
                  !atomic_load_explicit (&s->waiters, memory_order_relaxed);
-    if (alone) {
+    if (alone)
       s->n = 0;
-      atomic_store_explicit (&s->seq, atomic_load_explicit
-                             (&s->seq, memory_order_relaxed) + 1,
-                             memory_order_relaxed);
-    }
     atomic_store_explicit (&s->busy, 0, memory_order_release);
     if (alone)
       return;

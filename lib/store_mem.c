@@ -239,9 +239,10 @@ chunk_for_read (const struct mem_store *m, uint64_t ci)
   return (e & RELEASED) ? NULL : (char *) (e & ~SLOT_FLAGS);
 }
 
-/* The chunk's memory, allocated if need be, with sector bits set. */
-static char *
-chunk_for_write (struct mem_store *m, uint64_t ci, uintptr_t bits)
+/* chunk_for_write when a node or the chunk is missing, or it is
+ * released, or lacks bits. */
+static __attribute__ ((noinline)) char *
+chunk_for_write_slow (struct mem_store *m, uint64_t ci, uintptr_t bits)
 {
   _Atomic uintptr_t *slot = slot_make (m, ci);
   if (!slot)
@@ -266,6 +267,18 @@ chunk_for_write (struct mem_store *m, uint64_t ci, uintptr_t bits)
   /* Writers of other sectors of the chunk set other bits. */
   if ((e & bits) != bits)
     atomic_fetch_or (slot, bits);
+  return (char *) (e & ~SLOT_FLAGS);
+}
+
+/* The chunk's memory, allocated if need be, with sector bits set. */
+static inline char *
+chunk_for_write (struct mem_store *m, uint64_t ci, uintptr_t bits)
+{
+  uint64_t span;
+  _Atomic uintptr_t *slot = slot_find (m, ci, &span);
+  uintptr_t e = slot ? atomic_load_explicit (slot, memory_order_acquire) : 0;
+  if (__builtin_expect (!e || (e & RELEASED) || (e & bits) != bits, 0))
+    return chunk_for_write_slow (m, ci, bits);
   return (char *) (e & ~SLOT_FLAGS);
 }
 
@@ -317,19 +330,41 @@ one_chunk (const struct mem_store *m, uint64_t off, uint64_t len,
   return len <= m->chunk - *co;
 }
 
+/* The general case of mem_read: out of line, so the one-chunk case
+ * pays for no loop. */
+static __attribute__ ((noinline)) int
+read_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
+{
+  for (unsigned i = 0; i < nio; i++) {
+    char *buf = io[i].buf;
+    FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {
+      read_chunk (m, ci, co, buf, n);
+      buf += n;
+    }
+  }
+  return 0;
+}
+
 static int
 mem_read (struct s4k_store *s, const struct s4k_io *io, unsigned nio)
 {
   struct mem_store *m = (struct mem_store *) s;
+  uint64_t ci, co;
+  if (nio == 1 && one_chunk (m, io->off, io->len, &ci, &co)) {
+    read_chunk (m, ci, co, io->buf, io->len);
+    return 0;
+  }
+  return read_chunks (m, io, nio);
+}
+
+static __attribute__ ((noinline)) int
+write_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
+{
   for (unsigned i = 0; i < nio; i++) {
-    char *buf = io[i].buf;
-    uint64_t ci, co;
-    if (one_chunk (m, io[i].off, io[i].len, &ci, &co)) {
-      read_chunk (m, ci, co, buf, io[i].len);
-      continue;
-    }
+    const char *buf = io[i].buf;
     FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {
-      read_chunk (m, ci, co, buf, n);
+      if (write_chunk (m, ci, co, buf, n))
+        return -ENOMEM;
       buf += n;
     }
   }
@@ -341,22 +376,11 @@ mem_write (struct s4k_store *s, const struct s4k_io *io, unsigned nio,
            bool fua)
 {
   struct mem_store *m = (struct mem_store *) s;
+  uint64_t ci, co;
   (void) fua;
-  for (unsigned i = 0; i < nio; i++) {
-    const char *buf = io[i].buf;
-    uint64_t ci, co;
-    if (one_chunk (m, io[i].off, io[i].len, &ci, &co)) {
-      if (write_chunk (m, ci, co, buf, io[i].len))
-        return -ENOMEM;
-      continue;
-    }
-    FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {
-      if (write_chunk (m, ci, co, buf, n))
-        return -ENOMEM;
-      buf += n;
-    }
-  }
-  return 0;
+  if (nio == 1 && one_chunk (m, io->off, io->len, &ci, &co))
+    return write_chunk (m, ci, co, io->buf, io->len);
+  return write_chunks (m, io, nio);
 }
 
 /* A part of one physical sector, so of one chunk: the rest of the sector

@@ -166,12 +166,10 @@ sect4k_can_fast_zero (void *h)
   return s4k_dev_can_fast_zero (dev);
 }
 
-/* Turns an engine result into nbdkit's convention. */
-static int
-result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
+/* Reports a failed request (out of line: the data path stays small). */
+static __attribute__ ((noinline)) int
+failed (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
 {
-  if (r == 0)
-    return 0;
   if (r == -EINVAL && s4k_refused (dev, op, len, off)) {
     char msg[256];
     s4k_explain_refusal (dev, op, len, off, msg, sizeof msg);
@@ -188,6 +186,13 @@ result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
                   s4k_op_names[op], off, len, s4k_strerror (-r));
   nbdkit_set_error (-r);
   return -1;
+}
+
+/* Turns an engine result into nbdkit's convention. */
+static inline int
+result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
+{
+  return r == 0 ? 0 : failed (h, r, op, len, off);
 }
 
 static int
