@@ -364,6 +364,7 @@ struct request {
   bool locked;
   bool head_zero, tail_zero;    /* a zero left the cut sector all zero */
   bool merged;                  /* the store merged the cut sectors */
+  bool exact;                   /* a read of just its bytes, no lock */
   char *cut;                    /* 2P: the head sector, then the tail */
   struct span s;
   struct tally t;
@@ -383,6 +384,10 @@ list_reads (const struct s4k_dev *d, struct request *q, struct s4k_io *io)
 {
   const struct span *s = &q->s;
   unsigned n = 0;
+  if (q->exact) {
+    io[n++] = (struct s4k_io) { q->buf, q->len, q->off };
+    return n;
+  }
   if (s->head_cut)
     io[n++] = (struct s4k_io) { q->cut, s->head_end - s->head_start,
                                 s->head_start };
@@ -545,6 +550,7 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
   q->off = off;
   q->flags = flags;
   q->locked = q->head_zero = q->tail_zero = q->merged = false;
+  q->exact = op == S4K_OP_READ && d->lockfree_reads;
   q->cut = NULL;
   q->t = (struct tally) { 0 };
   return op == S4K_OP_FLUSH ? 0 : plan (d, op, len, off, flags, &q->s, &q->t);
@@ -555,7 +561,8 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
 S4K_INLINE bool
 needs_cut (const struct request *q)
 {
-  return q->op != S4K_OP_TRIM && q->op != S4K_OP_FLUSH && cuts (q);
+  return q->op != S4K_OP_TRIM && q->op != S4K_OP_FLUSH && !q->exact &&
+         cuts (q);
 }
 
 /* The request is over with r: unlock, hand over a read's cut bytes,
@@ -568,7 +575,7 @@ finish (struct s4k_dev *d, struct request *q, int r)
     s4k_unlock (d->locks, s->lock_first, s->lock_last, q->op == S4K_OP_READ);
     q->locked = false;
   }
-  if (r == 0 && q->op == S4K_OP_READ) {
+  if (r == 0 && q->op == S4K_OP_READ && !q->exact) {
     const uint64_t off = q->off, end = off + q->len;
     if (s->head_cut) {
       uint64_t e = end < s->head_end ? end : s->head_end;
@@ -624,10 +631,10 @@ run (struct s4k_dev *d, struct request *q, struct s4k_store_req *sq,
 
 lock:
   q->stage = ST_LOCK;
-  /* Reads of a store that says they need no lock take none: see
-   * lockfree_reads in sect4k.h, and the memory store's comment for why
-   * it can say so. */
-  if (q->op != S4K_OP_READ || !d->lockfree_reads) {
+  /* Reads of a store that says they need no lock take none, and read
+   * just their bytes: see lockfree_reads in sect4k.h, and the memory
+   * store's comment for why it can say so. */
+  if (!q->exact) {
     if (!w)
       s4k_lock (d->locks, s->lock_first, s->lock_last, q->op == S4K_OP_READ);
     else if (!s4k_trylock (d->locks, s->lock_first, s->lock_last,

@@ -196,7 +196,7 @@ struct s4k_store_req {
 };
 
 /* A store sees whole physical sectors, or a merge into a sector the
- * engine holds locked (below). */
+ * engine holds locked, or (lockfree_reads) a read of any range. */
 struct s4k_store_ops {
   const char *name;
   /* True if reads need no sector lock: a read never touches memory a
@@ -204,9 +204,10 @@ struct s4k_store_ops {
    * write, zero or merge changes only the bytes it covers, so a read
    * gets, for every byte no request in flight writes, the byte as it
    * is.  (A read overlapping a write in flight may see either: NBD
-   * leaves them unordered.)  Stores that cannot promise it (a bounce
-   * buffer, a torn-write fault model) leave it false and reads take the
-   * shared lock as before. */
+   * leaves them unordered.)  Such a store also reads any byte range,
+   * so a read gets just its own bytes, not whole sectors.  Stores that
+   * cannot promise it (a bounce buffer, a torn-write fault model) leave
+   * it false and reads take the shared lock as before. */
   bool lockfree_reads;
   /* n pieces submitted together (an RMW reads head and tail at once). */
   int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
