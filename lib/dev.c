@@ -21,6 +21,8 @@ struct s4k_dev {
   bool counting;                /* keep statistics */
   bool lockfree_reads;          /* the store's reads need no sector lock */
   uint64_t shift, pmask;        /* s4k_sector_shift, physical - 1 */
+  uint64_t fast_max;            /* longest fast-path request: 0 when
+                                   counting (every request is planned) */
   unsigned pbits;               /* log2 physical */
   uint32_t max_request;
   bool strict;
@@ -90,6 +92,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->shift = s4k_sector_shift (&d->g);
   d->pmask = d->g.physical - 1;
   d->pbits = __builtin_ctz (d->g.physical);
+  d->fast_max = d->counting ? 0 : d->max_request;
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;
@@ -730,7 +733,7 @@ S4K_INLINE bool
 whole_sectors (const struct s4k_dev *d, uint64_t len, uint64_t off,
                uint64_t *first, uint64_t *last)
 {
-  if (d->counting || len - 1 >= d->max_request ||
+  if (len - 1 >= d->fast_max ||
       (((off + d->shift) | len) & d->pmask) ||
       off > d->g.size || len > d->g.size - off)
     return false;
