@@ -32,10 +32,13 @@
  *   copies old bytes or zeroes, never freed memory; and a release covers
  *   every sector of its chunk, so such a read overlaps the zero or trim.
  * - Data: writes, zeroes and merges change only the bytes they cover
- *   (a merge is an RMW done in place, not a whole sector written back),
- *   so a read of bytes no request in flight covers copies them as they
- *   are; a read overlapping a request in flight may see old or new bytes,
- *   as NBD allows (it does not order overlapping requests in flight).
+ *   (a merge is an RMW done in place, not a whole sector written back;
+ *   the engine's RMW of a zero that cuts a sector does write the whole
+ *   sector back, but under its exclusive lock, so the bytes outside the
+ *   zero get the values they already hold), so a read of bytes no
+ *   request in flight covers copies them as they are; a read overlapping
+ *   a request in flight may see old or new bytes, as NBD allows (it does
+ *   not order overlapping requests in flight).
  * - The slot's flag and sector bits change by atomic RMW; a read only
  *   loads the slot. */
 #include <errno.h>
