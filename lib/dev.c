@@ -21,6 +21,11 @@
 struct s4k_dev {
   struct s4k_geometry g;
   bool counting;                /* keep statistics */
+  bool lockfree_reads;          /* the store's reads need no sector lock */
+  uint64_t shift, pmask;        /* s4k_sector_shift, physical - 1 */
+  uint64_t fast_max;            /* longest fast-path request: 0 when
+                                   counting (every request is planned) */
+  unsigned pbits;               /* log2 physical */
   uint32_t max_request;
   bool strict;
   struct s4k_store *store;
@@ -103,6 +108,11 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     store->ops->close (store);
     return -ENOMEM;
   }
+  d->lockfree_reads = store->ops->lockfree_reads;
+  d->shift = s4k_sector_shift (&d->g);
+  d->pmask = d->g.physical - 1;
+  d->pbits = __builtin_ctz (d->g.physical);
+  d->fast_max = d->counting ? 0 : d->max_request;
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;
@@ -415,6 +425,8 @@ struct request {
   unsigned flags;
   bool locked;
   bool head_zero, tail_zero;    /* a zero left the cut sector all zero */
+  bool merged;                  /* the store merged the cut sectors */
+  bool exact;                   /* a read of just its bytes, no lock */
   char *cut;                    /* 2P: the head sector, then the tail */
   struct span s;
   struct tally t;
@@ -434,6 +446,10 @@ list_reads (const struct s4k_dev *d, struct request *q, struct s4k_io *io)
 {
   const struct span *s = &q->s;
   unsigned n = 0;
+  if (q->exact) {
+    io[n++] = (struct s4k_io) { q->buf, q->len, q->off };
+    return n;
+  }
   if (s->head_cut)
     io[n++] = (struct s4k_io) { q->cut, s->head_end - s->head_start,
                                 s->head_start };
@@ -495,6 +511,41 @@ merge (struct s4k_dev *d, struct request *q)
   }
 }
 
+/* The read and merge stages of a write in one, for stores that merge in
+ * place (synchronous only): the store copies the new bytes into the
+ * locked cut sectors, so the sector is neither read nor written whole.
+ * The statistics count the drive's read-modify-write all the same. */
+S4K_INLINE int
+merge_in_place (struct s4k_dev *d, struct request *q)
+{
+  const struct span *s = &q->s;
+  struct s4k_store *st = d->store;
+  const uint64_t off = q->off, end = off + q->len;
+  int r = 0;
+  if (s->head_cut) {
+    uint64_t e = end < s->head_end ? end : s->head_end;
+    r = st->ops->merge (st, q->buf, e - off, off);
+    q->t.rmw_sectors++;
+    q->t.rmw_read_bytes += s->head_end - s->head_start;
+    q->t.store_write_bytes += s->head_end - s->head_start;
+    if (d->debug_mask & S4K_DEBUG_RMW)
+      debug_rmw (d, "write", q->len, off, s->first, s->head_start,
+                 s->head_end);
+  }
+  if (s->tail_cut && r == 0) {
+    r = st->ops->merge (st, q->buf + (s->tail_start - off),
+                        end - s->tail_start, s->tail_start);
+    q->t.rmw_sectors++;
+    q->t.rmw_read_bytes += s->tail_end - s->tail_start;
+    q->t.store_write_bytes += s->tail_end - s->tail_start;
+    if (d->debug_mask & S4K_DEBUG_RMW)
+      debug_rmw (d, "write", q->len, off, s->last, s->tail_start,
+                 s->tail_end);
+  }
+  q->merged = true;
+  return r;
+}
+
 /* The write stage: the merged cut sectors a zero did not leave all zero,
  * and a write's whole sectors straight from its buffer (for a write of
  * whole sectors, its buffer as it is).  Returns how many pieces. */
@@ -503,13 +554,13 @@ list_writes (const struct s4k_dev *d, struct request *q, struct s4k_io *io)
 {
   const struct span *s = &q->s;
   unsigned n = 0;
-  if (s->head_cut && !q->head_zero)
+  if (s->head_cut && !q->head_zero && !q->merged)
     io[n++] = (struct s4k_io) { q->cut, s->head_end - s->head_start,
                                 s->head_start };
   if (q->op == S4K_OP_WRITE && s->mid_start < s->mid_end)
     io[n++] = (struct s4k_io) { q->buf + (s->mid_start - q->off),
                                 s->mid_end - s->mid_start, s->mid_start };
-  if (s->tail_cut && !q->tail_zero)
+  if (s->tail_cut && !q->tail_zero && !q->merged)
     io[n++] = (struct s4k_io) { q->cut + d->g.physical,
                                 s->tail_end - s->tail_start, s->tail_start };
   for (unsigned i = 0; i < n; i++)
@@ -560,7 +611,8 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
   q->len = len;
   q->off = off;
   q->flags = flags;
-  q->locked = q->head_zero = q->tail_zero = false;
+  q->locked = q->head_zero = q->tail_zero = q->merged = false;
+  q->exact = op == S4K_OP_READ && d->lockfree_reads;
   q->cut = NULL;
   q->t = (struct tally) { 0 };
   return op == S4K_OP_FLUSH ? 0 : plan (d, op, len, off, flags, &q->s, &q->t);
@@ -571,7 +623,8 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
 S4K_INLINE bool
 needs_cut (const struct request *q)
 {
-  return q->op != S4K_OP_TRIM && q->op != S4K_OP_FLUSH && cuts (q);
+  return q->op != S4K_OP_TRIM && q->op != S4K_OP_FLUSH && !q->exact &&
+         cuts (q);
 }
 
 /* The request is over with r: unlock, hand over a read's cut bytes,
@@ -584,7 +637,7 @@ finish (struct s4k_dev *d, struct request *q, int r)
     s4k_unlock (d->locks, s->lock_first, s->lock_last, q->op == S4K_OP_READ);
     q->locked = false;
   }
-  if (r == 0 && q->op == S4K_OP_READ) {
+  if (r == 0 && q->op == S4K_OP_READ && !q->exact) {
     const uint64_t off = q->off, end = off + q->len;
     if (s->head_cut) {
       uint64_t e = end < s->head_end ? end : s->head_end;
@@ -640,12 +693,17 @@ run (struct s4k_dev *d, struct request *q, struct s4k_store_req *sq,
 
 lock:
   q->stage = ST_LOCK;
-  if (!w)
-    s4k_lock (d->locks, s->lock_first, s->lock_last, q->op == S4K_OP_READ);
-  else if (!s4k_trylock (d->locks, s->lock_first, s->lock_last,
-                         q->op == S4K_OP_READ, w))
-    return 1;
-  q->locked = true;
+  /* Reads of a store that says they need no lock take none, and read
+   * just their bytes: see lockfree_reads in sect4k.h, and the memory
+   * store's comment for why it can say so. */
+  if (!q->exact) {
+    if (!w)
+      s4k_lock (d->locks, s->lock_first, s->lock_last, q->op == S4K_OP_READ);
+    else if (!s4k_trylock (d->locks, s->lock_first, s->lock_last,
+                           q->op == S4K_OP_READ, w))
+      return 1;
+    q->locked = true;
+  }
 
   if (q->op == S4K_OP_TRIM) {
     q->stage = ST_TRIM;
@@ -657,7 +715,11 @@ lock:
     goto last;
   }
 
-  if (q->op == S4K_OP_READ || cuts (q)) {
+  if (!w && q->op == S4K_OP_WRITE && cuts (q) && d->store->ops->merge) {
+    if ((r = merge_in_place (d, q)))
+      goto done;
+  }
+  else if (q->op == S4K_OP_READ || cuts (q)) {
     q->stage = ST_READ;
     sq->kind = S4K_REQ_READ;
     sq->fua = false;
@@ -694,7 +756,8 @@ lock:
   sq->kind = S4K_REQ_WRITE;
   sq->fua = fua;
   if (!(sq->n = list_writes (d, q, sq->io)))
-    goto done;                  /* a zero that left no cut sector */
+    goto done;                  /* a zero that left no cut sector, or
+                                   a write merged in place */
 last:
   r = issue (d, sq, w);
   if (w && r == 1)
@@ -713,6 +776,7 @@ sync_request (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
   struct s4k_store_req sq;
   int r = begin (d, &q, op, buf, len, off, flags);
   if (r == 0 && needs_cut (&q) &&
+      !(op == S4K_OP_WRITE && d->store->ops->merge) &&
       !(q.cut = bounce (2 * (size_t) d->g.physical)))
     r = -ENOMEM;
   if (r)
@@ -720,17 +784,62 @@ sync_request (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
   return run (d, &q, &sq, NULL, ST_START, 0);
 }
 
+/* True for a read or write of whole physical sectors inside the device,
+ * no longer than the maximum, with no statistics to keep: nothing to
+ * refuse, no cut sector, so no plan (a shift and a mask).  The sectors
+ * are [*first, *last]. */
+S4K_INLINE bool
+whole_sectors (const struct s4k_dev *d, uint64_t len, uint64_t off,
+               uint64_t *first, uint64_t *last)
+{
+  if (len - 1 >= d->fast_max ||
+      (((off + d->shift) | len) & d->pmask) ||
+      off > d->g.size || len > d->g.size - off)
+    return false;
+  *first = (off + d->shift) >> d->pbits;
+  *last = *first + ((len - 1) >> d->pbits);
+  return true;
+}
+
+/* The plans of reads and writes, out of line so that the fast paths
+ * below stay small. */
+static __attribute__ ((noinline)) int
+planned_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+{
+  return sync_request (d, S4K_OP_READ, buf, len, off, 0);
+}
+
+static __attribute__ ((noinline)) int
+planned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+               unsigned flags)
+{
+  return sync_request (d, S4K_OP_WRITE, (void *) buf, len, off, flags);
+}
+
 int
 s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
 {
-  return sync_request (d, S4K_OP_READ, buf, len, off, 0);
+  uint64_t first, last;
+  if (d->lockfree_reads && whole_sectors (d, len, off, &first, &last)) {
+    struct s4k_io io = { buf, len, off };
+    return d->store->ops->read (d->store, &io, 1);
+  }
+  return planned_read (d, buf, len, off);
 }
 
 int
 s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
            unsigned flags)
 {
-  return sync_request (d, S4K_OP_WRITE, (void *) buf, len, off, flags);
+  uint64_t first, last;
+  if (whole_sectors (d, len, off, &first, &last)) {
+    struct s4k_io io = { (void *) buf, len, off };
+    s4k_lock (d->locks, first, last, false);
+    int r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);
+    s4k_unlock (d->locks, first, last, false);
+    return r;
+  }
+  return planned_write (d, buf, len, off, flags);
 }
 
 int

@@ -10,30 +10,8 @@
 
 #include "lock.h"
 
-#define GROUP_SHIFT 6            /* 64 sectors a group */
-#define NSTRIPES 1024            /* power of two */
-
-struct held {
-  uint64_t first, last;
-  bool shared;
-};
-
-/* The list of held ranges is guarded by a spinlock held for a few dozen
- * instructions (a pthread mutex costs several times more on this path);
- * a request that must wait sleeps on the futex `seq`, which every unlock
- * bumps. */
-struct stripe {
-  atomic_uint busy;
-  atomic_uint seq;
-  atomic_uint waiters;
-  unsigned n, cap;
-  struct held *held;
-  struct s4k_lock_waiter *queue;   /* s4k_trylock callers to wake */
-} __attribute__ ((aligned (64)));
-
-struct s4k_locks {
-  struct stripe stripes[NSTRIPES];
-};
+#define GROUP_SHIFT S4K_LOCK_GROUP_SHIFT
+#define NSTRIPES S4K_LOCK_STRIPES
 
 struct s4k_locks *
 s4k_locks_new (void)
@@ -51,15 +29,8 @@ s4k_locks_free (struct s4k_locks *l)
   free (l);
 }
 
-static struct stripe *
-stripe_of (struct s4k_locks *l, uint64_t group)
-{
-  /* Fibonacci hashing spreads neighbouring groups over the stripes. */
-  return &l->stripes[(group * 0x9E3779B97F4A7C15ull) >> (64 - 10)];
-}
-
 static void __attribute__ ((noinline))
-stripe_acquire_slow (struct stripe *s)
+stripe_acquire_slow (struct s4k_stripe *s)
 {
   unsigned spins = 0;
   while (atomic_exchange_explicit (&s->busy, 1, memory_order_acquire))
@@ -72,7 +43,7 @@ stripe_acquire_slow (struct stripe *s)
 
 /* Inline for the common case, a free stripe. */
 static inline void
-stripe_acquire (struct stripe *s)
+stripe_acquire (struct s4k_stripe *s)
 {
   if (__builtin_expect (atomic_exchange_explicit (&s->busy, 1,
                                                   memory_order_acquire), 0))
@@ -80,16 +51,17 @@ stripe_acquire (struct stripe *s)
 }
 
 static void
-stripe_release (struct stripe *s)
+stripe_release (struct s4k_stripe *s)
 {
   atomic_store_explicit (&s->busy, 0, memory_order_release);
 }
 
 static bool
-conflicts (const struct stripe *s, uint64_t first, uint64_t last, bool shared)
+conflicts (const struct s4k_stripe *s, uint64_t first, uint64_t last,
+           bool shared)
 {
   for (unsigned i = 0; i < s->n; i++) {
-    const struct held *h = &s->held[i];
+    const struct s4k_held *h = &s->held[i];
     if (h->first <= last && first <= h->last && !(shared && h->shared))
       return true;
   }
@@ -107,12 +79,12 @@ piece_last (uint64_t pf, uint64_t last)
 /* Records a held range; the caller has the stripe.  Inlined: this is
  * on every request's path. */
 static inline __attribute__ ((always_inline)) void
-hold (struct stripe *s, uint64_t first, uint64_t last, bool shared)
+hold (struct s4k_stripe *s, uint64_t first, uint64_t last, bool shared)
 {
   if (s->n == s->cap) {
     /* Grows only the first few times a stripe gets busy. */
     unsigned cap = s->cap ? s->cap * 2 : 4;
-    struct held *h = realloc (s->held, cap * sizeof *h);
+    struct s4k_held *h = realloc (s->held, cap * sizeof *h);
     if (!h) {
       /* There is no safe way to fail with half the range locked. */
       fputs ("sect4k: out of memory in the sector lock table\n", stderr);
@@ -121,15 +93,15 @@ hold (struct stripe *s, uint64_t first, uint64_t last, bool shared)
     s->held = h;
     s->cap = cap;
   }
-  s->held[s->n++] = (struct held) { first, last, shared };
+  s->held[s->n++] = (struct s4k_held) { first, last, shared };
 }
 
 void
-s4k_lock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
+s4k_lock_any (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
 {
   for (uint64_t pf = first, pl; pf <= last; pf = pl + 1) {
     pl = piece_last (pf, last);
-    struct stripe *s = stripe_of (l, pf >> GROUP_SHIFT);
+    struct s4k_stripe *s = s4k_stripe_of (l, pf >> GROUP_SHIFT);
     stripe_acquire (s);
     while (conflicts (s, pf, pl, shared)) {
       unsigned seq = atomic_load (&s->seq);
@@ -151,7 +123,7 @@ s4k_trylock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared,
 {
   for (uint64_t pf = first, pl; pf <= last; pf = pl + 1) {
     pl = piece_last (pf, last);
-    struct stripe *s = stripe_of (l, pf >> GROUP_SHIFT);
+    struct s4k_stripe *s = s4k_stripe_of (l, pf >> GROUP_SHIFT);
     stripe_acquire (s);
     if (conflicts (s, pf, pl, shared)) {
       /* Queued under the stripe's lock: the unlock that clears the
@@ -160,7 +132,7 @@ s4k_trylock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared,
       s->queue = w;
       stripe_release (s);
       if (pf > first)
-        s4k_unlock (l, first, pf - 1, shared);
+        s4k_unlock_any (l, first, pf - 1, shared);
       return false;
     }
     hold (s, pf, pl, shared);
@@ -170,14 +142,14 @@ s4k_trylock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared,
 }
 
 void
-s4k_unlock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
+s4k_unlock_any (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
 {
   for (uint64_t pf = first, pl; pf <= last; pf = pl + 1) {
     pl = piece_last (pf, last);
-    struct stripe *s = stripe_of (l, pf >> GROUP_SHIFT);
+    struct s4k_stripe *s = s4k_stripe_of (l, pf >> GROUP_SHIFT);
     stripe_acquire (s);
     for (unsigned i = 0; i < s->n; i++) {
-      struct held *h = &s->held[i];
+      struct s4k_held *h = &s->held[i];
       if (h->first == pf && h->last == pl && h->shared == shared) {
         *h = s->held[--s->n];
         break;

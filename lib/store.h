@@ -53,12 +53,31 @@ struct s4k_store_req {
   size_t bounce_len;
 };
 
+/* A store sees whole physical sectors, or a merge into a sector the
+ * engine holds locked, or (lockfree_reads) a read of any range. */
 struct s4k_store_ops {
   const char *name;
+  /* True if reads need no sector lock: a read never touches memory a
+   * concurrent write, zero or trim of any sector frees or moves, and a
+   * write, zero or merge changes only the bytes it covers, so a read
+   * gets, for every byte no request in flight writes, the byte as it
+   * is.  (A read overlapping a write in flight may see either: NBD
+   * leaves them unordered.)  Such a store also reads any byte range,
+   * so a read gets just its own bytes, not whole sectors.  Stores that
+   * cannot promise it (a bounce buffer, a torn-write fault model) leave
+   * it false and reads take the shared lock as before. */
+  bool lockfree_reads;
   /* n pieces submitted together (an RMW reads head and tail at once). */
   int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
   int (*write) (struct s4k_store *s, const struct s4k_io *io, unsigned n,
                 bool fua);
+  /* Optional, synchronous only: copies buf into [off, off+len), which
+   * lies inside one physical sector the engine holds exclusively locked,
+   * keeping the sector's other bytes: a read-modify-write done in place
+   * (stores without it get the whole sector read and written back).  It
+   * has no FUA: only a store with nothing to make durable offers it. */
+  int (*merge) (struct s4k_store *s, const void *buf, uint64_t len,
+                uint64_t off);
   /* Whole physical sectors. */
   int (*zero) (struct s4k_store *s, uint64_t len, uint64_t off,
                bool may_trim, bool fua);

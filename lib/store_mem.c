@@ -20,8 +20,27 @@
  * slot say which were written since they last read as zeroes, so extents
  * are reported at physical-sector granularity.
  *
- * Callers (the engine) hold the sector locks of every sector they touch,
- * and of every sector of a chunk they release. */
+ * Callers (the engine) hold the sector locks of every sector they write,
+ * zero or merge into, and of every sector of a chunk they release.
+ *
+ * Reads take no lock (lockfree_reads).  Why that is safe:
+ * - Memory: a read finds its chunk with acquire loads of tree entries
+ *   that are only ever installed (CAS), never cleared, and nodes and
+ *   chunks are never freed or moved while the store lives.  A released
+ *   chunk stays mapped: MADV_DONTNEED only makes its pages read as
+ *   zeroes.  So a read racing a zero or trim that releases the chunk
+ *   copies old bytes or zeroes, never freed memory; and a release covers
+ *   every sector of its chunk, so such a read overlaps the zero or trim.
+ * - Data: writes, zeroes and merges change only the bytes they cover
+ *   (a merge is an RMW done in place, not a whole sector written back;
+ *   the engine's RMW of a zero that cuts a sector does write the whole
+ *   sector back, but under its exclusive lock, so the bytes outside the
+ *   zero get the values they already hold), so a read of bytes no
+ *   request in flight covers copies them as they are; a read overlapping
+ *   a request in flight may see old or new bytes, as NBD allows (it does
+ *   not order overlapping requests in flight).
+ * - The slot's flag and sector bits change by atomic RMW; a read only
+ *   loads the slot. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -72,6 +91,25 @@ struct mem_store {
 };
 
 static _Atomic uint64_t next_store_id = 1;
+
+#ifdef __SANITIZE_THREAD__
+void AnnotateIgnoreReadsBegin (const char *file, int line);
+void AnnotateIgnoreReadsEnd (const char *file, int line);
+static inline void
+tsan_ignore_reads (bool on)
+{
+  if (on)
+    AnnotateIgnoreReadsBegin (__FILE__, __LINE__);
+  else
+    AnnotateIgnoreReadsEnd (__FILE__, __LINE__);
+}
+#else
+static inline void
+tsan_ignore_reads (bool on)
+{
+  (void) on;
+}
+#endif
 
 struct cursor {
   char *next, *end;
@@ -205,9 +243,10 @@ chunk_for_read (const struct mem_store *m, uint64_t ci)
   return (e & RELEASED) ? NULL : (char *) (e & ~SLOT_FLAGS);
 }
 
-/* The chunk's memory, allocated if need be, with sector bits set. */
-static char *
-chunk_for_write (struct mem_store *m, uint64_t ci, uintptr_t bits)
+/* chunk_for_write when a node or the chunk is missing, or it is
+ * released, or lacks bits. */
+static __attribute__ ((noinline)) char *
+chunk_for_write_slow (struct mem_store *m, uint64_t ci, uintptr_t bits)
 {
   _Atomic uintptr_t *slot = slot_make (m, ci);
   if (!slot)
@@ -235,6 +274,18 @@ chunk_for_write (struct mem_store *m, uint64_t ci, uintptr_t bits)
   return (char *) (e & ~SLOT_FLAGS);
 }
 
+/* The chunk's memory, allocated if need be, with sector bits set. */
+static inline char *
+chunk_for_write (struct mem_store *m, uint64_t ci, uintptr_t bits)
+{
+  uint64_t span;
+  _Atomic uintptr_t *slot = slot_find (m, ci, &span);
+  uintptr_t e = slot ? atomic_load_explicit (slot, memory_order_acquire) : 0;
+  if (__builtin_expect (!e || (e & RELEASED) || (e & bits) != bits, 0))
+    return chunk_for_write_slow (m, ci, bits);
+  return (char *) (e & ~SLOT_FLAGS);
+}
+
 /* Walks [off, off+len) chunk by chunk. */
 #define FOR_EACH_CHUNK(m, off, len, ci, co, n)                          \
   for (uint64_t s_ = (off) + (m)->shift, e_ = s_ + (len), ci, co, n;    \
@@ -243,18 +294,81 @@ chunk_for_write (struct mem_store *m, uint64_t ci, uintptr_t bits)
                    n = (m)->chunk - co < e_ - s_ ? (m)->chunk - co : e_ - s_, 1); \
        s_ += n)
 
+/* Copies n bytes at co of chunk ci into buf. */
+static inline void
+read_chunk (const struct mem_store *m, uint64_t ci, uint64_t co, char *buf,
+            uint64_t n)
+{
+  const char *c = chunk_for_read (m, ci);
+  /* Lock-free (see the top): in a TSan build, copying bytes that an
+   * overlapping request in flight writes is the client's race, allowed
+   * by NBD; the tree's loads above stay checked. */
+  tsan_ignore_reads (true);
+  if (c)
+    memcpy (buf, c + co, n);
+  else
+    memset (buf, 0, n);
+  tsan_ignore_reads (false);
+}
+
+/* Copies n bytes from buf to co of chunk ci. */
+static inline int
+write_chunk (struct mem_store *m, uint64_t ci, uint64_t co, const char *buf,
+             uint64_t n)
+{
+  char *c = chunk_for_write (m, ci, sub_bits_of (m, co, n));
+  if (!c)
+    return -ENOMEM;
+  memcpy (c + co, buf, n);
+  return 0;
+}
+
+/* True if [off, off+len) lies in one chunk, *ci at *co. */
+static inline bool
+one_chunk (const struct mem_store *m, uint64_t off, uint64_t len,
+           uint64_t *ci, uint64_t *co)
+{
+  uint64_t so = off + m->shift;
+  *ci = so >> m->chunk_bits;
+  *co = so & (m->chunk - 1);
+  return len <= m->chunk - *co;
+}
+
+/* The general case of mem_read: out of line, so the one-chunk case
+ * pays for no loop. */
+static __attribute__ ((noinline)) int
+read_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
+{
+  for (unsigned i = 0; i < nio; i++) {
+    char *buf = io[i].buf;
+    FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {
+      read_chunk (m, ci, co, buf, n);
+      buf += n;
+    }
+  }
+  return 0;
+}
+
 static int
 mem_read (struct s4k_store *s, const struct s4k_io *io, unsigned nio)
 {
   struct mem_store *m = (struct mem_store *) s;
+  uint64_t ci, co;
+  if (nio == 1 && one_chunk (m, io->off, io->len, &ci, &co)) {
+    read_chunk (m, ci, co, io->buf, io->len);
+    return 0;
+  }
+  return read_chunks (m, io, nio);
+}
+
+static __attribute__ ((noinline)) int
+write_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
+{
   for (unsigned i = 0; i < nio; i++) {
-    char *buf = io[i].buf;
+    const char *buf = io[i].buf;
     FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {
-      const char *c = chunk_for_read (m, ci);
-      if (c)
-        memcpy (buf, c + co, n);
-      else
-        memset (buf, 0, n);
+      if (write_chunk (m, ci, co, buf, n))
+        return -ENOMEM;
       buf += n;
     }
   }
@@ -266,18 +380,22 @@ mem_write (struct s4k_store *s, const struct s4k_io *io, unsigned nio,
            bool fua)
 {
   struct mem_store *m = (struct mem_store *) s;
+  uint64_t ci, co;
   (void) fua;
-  for (unsigned i = 0; i < nio; i++) {
-    const char *buf = io[i].buf;
-    FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {
-      char *c = chunk_for_write (m, ci, sub_bits_of (m, co, n));
-      if (!c)
-        return -ENOMEM;
-      memcpy (c + co, buf, n);
-      buf += n;
-    }
-  }
-  return 0;
+  if (nio == 1 && one_chunk (m, io->off, io->len, &ci, &co))
+    return write_chunk (m, ci, co, io->buf, io->len);
+  return write_chunks (m, io, nio);
+}
+
+/* A part of one physical sector, so of one chunk: the rest of the sector
+ * keeps its bytes (zeroes if the chunk is new or released). */
+static int
+mem_merge (struct s4k_store *s, const void *buf, uint64_t len, uint64_t off)
+{
+  struct mem_store *m = (struct mem_store *) s;
+  uint64_t ci, co;
+  one_chunk (m, off, len, &ci, &co);
+  return write_chunk (m, ci, co, buf, len);
 }
 
 /* Walks [off, off+len) as FOR_EACH_CHUNK does, but a run of chunks with
@@ -444,8 +562,10 @@ mem_close (struct s4k_store *s)
 
 static const struct s4k_store_ops mem_ops = {
   .name = "memory",
+  .lockfree_reads = true,
   .read = mem_read,
   .write = mem_write,
+  .merge = mem_merge,
   .zero = mem_zero,
   .trim = mem_trim,
   .flush = mem_flush,

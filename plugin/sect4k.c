@@ -258,8 +258,8 @@ wait_modelled (struct handle *h, int r, enum s4k_op op, uint64_t len,
     nbdkit_nanosleep ((due - now) / 1000000000u, (due - now) % 1000000000u);
 }
 
-/* An engine error in nbdkit's convention. */
-static int
+/* Reports a failed request (out of line: the data path stays small). */
+static __attribute__ ((noinline)) int
 failed (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
 {
   if (r == -EINVAL && s4k_refused (h->dev, op, len, off)) {

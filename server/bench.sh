@@ -9,7 +9,8 @@
 # 2. Instructions per request: each server under callgrind serves two
 #    fixed request counts; (Ir(N2) - Ir(N1)) / (N2 - N1) removes start-up.
 #
-# Environment: RUNTIME (s per fio run, default 8), REPEATS (default 3),
+# Environment: CG_ONLY=1 (the instruction counts alone),
+# RUNTIME (s per fio run, default 8), REPEATS (default 3),
 # SIZE (default 256M), CG_N1/CG_N2/CG_SIZE (callgrind request counts and
 # device size), OUT (the
 # result file, default build/bench-server.txt).
@@ -65,7 +66,7 @@ echo "# fio $(fio --version): 4k, iodepth 16, 2 jobs, ${RUNTIME}s per run, $REPE
 # The memory store, then the file store (a file in $dir on $(df --output=fstype "$dir" | tail -1)),
 # buffered and O_DIRECT: there the server's store I/O goes through its
 # event loops' rings, nbdkit's through its worker threads.
-for store in memory file file-direct; do
+for store in $([ -n "${CG_ONLY:-}" ] || echo memory file file-direct); do
   case $store in
     memory) keys="size=$SIZE model=512e" ;;
     file) keys="file=$dir/disk.img size=$SIZE model=512e" ;;

@@ -187,8 +187,11 @@ reply_result (struct conn *c, const struct nbd_request *rq, int r,
 static bool
 is_zero (const uint8_t *p, size_t n)
 {
-  static const uint8_t zero[16];
-  return memcmp (p, zero, 16) == 0 && memcmp (p, p + 16, n - 16) == 0;
+  /* Data blocks mostly differ in their first bytes: no call for them
+   * (every block of every read is tested). */
+  uint64_t head[2];
+  memcpy (head, p, 16);
+  return (head[0] | head[1]) == 0 && memcmp (p, p + 16, n - 16) == 0;
 }
 
 /* Rewrites a read reply in place: the data at base + 28 becomes

@@ -11,7 +11,13 @@
  * slot must hold the content of an op that no other op on that slot
  * started after (real-time order, i.e. a linearisation exists).  A lost
  * update leaves a slot with content an op later in real time overwrote;
- * a torn slot has mixed stamps.  Either is a failure. */
+ * a torn slot has mixed stamps.  Either is a failure.
+ *
+ * Writers also read their own slot back now and then, while the others
+ * RMW theirs in the same sector (reads may take no sector lock).  A read
+ * that no op on its slot overlapped in time must return what the same
+ * rule allows at the time it started; a read that overlapped one is
+ * unordered with it (as NBD has it) and is not checked. */
 #ifndef S4K_TORTURE_H
 #define S4K_TORTURE_H
 
@@ -23,7 +29,9 @@
 #define TORTURE_MAGIC 0x53344b54u       /* "S4KT" */
 #define TORTURE_ALL 0xffffu             /* op covers the whole sector */
 
-enum torture_kind { T_WRITE, T_ZERO };
+enum torture_kind { T_WRITE, T_ZERO, T_READ };
+/* What a read found. */
+enum torture_got { GOT_ZERO, GOT_STAMP, GOT_BAD };
 
 struct torture_geom {
   uint64_t base;                /* offset of sector 0: a physical boundary */
@@ -35,6 +43,9 @@ struct torture_op {
   uint32_t sector;
   uint16_t slot;                /* or TORTURE_ALL */
   uint8_t kind;
+  uint8_t got;                  /* a read's result: enum torture_got */
+  uint16_t got_writer;          /* with its stamp */
+  uint32_t got_seq;
   uint64_t start, end;          /* ns, CLOCK_MONOTONIC */
 };
 
@@ -42,6 +53,7 @@ struct torture_log {
   struct torture_op *ops;
   uint32_t n, cap;
   uint64_t sub_writes;          /* sub-physical writes and zeroes */
+  uint64_t reads;
 };
 
 struct stamp {
@@ -75,10 +87,13 @@ torture_begin (struct torture_log *log, uint32_t sector, uint16_t slot,
     if (!log->ops)
       abort ();
   }
-  if (slot != TORTURE_ALL)
+  if (kind == T_READ)
+    log->reads++;
+  else if (slot != TORTURE_ALL)
     log->sub_writes++;
-  log->ops[log->n] = (struct torture_op) { sector, slot, kind,
-                                           torture_now (), 0 };
+  log->ops[log->n] = (struct torture_op) { .sector = sector, .slot = slot,
+                                           .kind = kind,
+                                           .start = torture_now () };
   return log->n++;
 }
 
@@ -90,7 +105,7 @@ torture_end (struct torture_log *log, uint32_t seq)
 
 /* What writer w does to one sector in a round: its own slot, and
  * sometimes the whole sector too. */
-enum torture_what { DO_WRITE, DO_ZERO, DO_TRIM };
+enum torture_what { DO_WRITE, DO_ZERO, DO_TRIM, DO_READ };
 struct torture_step {
   uint16_t slot;                /* the writer's slot or TORTURE_ALL */
   uint8_t what;
@@ -105,7 +120,7 @@ torture_rand (uint64_t *s)
 }
 
 static inline unsigned
-torture_steps (uint64_t *rng, uint16_t writer, struct torture_step out[2])
+torture_steps (uint64_t *rng, uint16_t writer, struct torture_step out[3])
 {
   unsigned n = 0, dice = torture_rand (rng) % 100;
   out[n++] = (struct torture_step) { writer, dice < 95 ? DO_WRITE : DO_ZERO,
@@ -120,6 +135,8 @@ torture_steps (uint64_t *rng, uint16_t writer, struct torture_step out[2])
     out[0] = out[1];
     out[1] = t;
   }
+  if (torture_rand (rng) % 2)                 /* read the slot back */
+    out[n++] = (struct torture_step) { writer, DO_READ, 0 };
   return n;
 }
 
@@ -136,7 +153,7 @@ torture_round (const struct torture_geom *g, struct torture_log *log,
                void *ctx)
 {
   for (uint32_t sector = 0; sector < g->nsectors; sector++) {
-    struct torture_step step[2];
+    struct torture_step step[3];
     unsigned n = torture_steps (rng, writer, step);
     uint64_t soff = g->base + (uint64_t) sector * g->physical;
     for (unsigned i = 0; i < n; i++) {
@@ -145,7 +162,8 @@ torture_round (const struct torture_geom *g, struct torture_log *log,
       uint64_t len = all ? g->physical : g->logical;
       uint32_t seq = torture_begin (log, sector, step[i].slot,
                                     step[i].what == DO_WRITE ? T_WRITE
-                                                             : T_ZERO);
+                                    : step[i].what == DO_READ ? T_READ
+                                                              : T_ZERO);
       if (submit (ctx, &step[i], sector, off, len, seq) == -1)
         return -1;
     }
@@ -168,6 +186,131 @@ torture_fill (const struct torture_geom *g, char *buf, uint16_t writer,
   }
 }
 
+/* Records what read seq found in its slot (g->logical bytes at data);
+ * call it before torture_end. */
+static inline void
+torture_read_done (const struct torture_geom *g, struct torture_log *log,
+                   uint32_t seq, const char *data)
+{
+  struct torture_op *op = &log->ops[seq];
+  struct stamp st;
+  memcpy (&st, data, sizeof st);
+  int allzero = 1;
+  for (uint32_t i = 0; i < g->logical && allzero; i++)
+    allzero = data[i] == 0;
+  op->got = allzero ? GOT_ZERO : GOT_STAMP;
+  for (uint32_t i = sizeof st; i < g->logical && !allzero; i += sizeof st)
+    if (memcmp (data + i, &st, sizeof st) != 0)
+      op->got = GOT_BAD;
+  if (op->got == GOT_STAMP && (st.magic != TORTURE_MAGIC ||
+                               st.slot != op->slot ||
+                               st.sector != op->sector))
+    op->got = GOT_BAD;
+  op->got_writer = st.writer;
+  op->got_seq = st.seq;
+}
+
+/* Checks every read that no op on its slot overlapped (see the top).
+ * Returns the number of bad reads, and the number checked in *checked;
+ * describes the first few in msg. */
+static inline unsigned
+torture_verify_reads (const struct torture_geom *g, struct torture_log *logs,
+                      unsigned nwriters, uint64_t *checked,
+                      void (*report) (const char *msg))
+{
+  const uint32_t slots = torture_slots (g);
+  const size_t nslots = (size_t) g->nsectors * slots;
+  /* The writes and zeroes of each slot, as (writer, seq) pairs. */
+  size_t *first = calloc (nslots + 1, sizeof *first), total = 0;
+  unsigned bad = 0;
+  char msg[256];
+  if (!first)
+    abort ();
+  for (int pass = 0; pass < 2; pass++) {
+    size_t *fill = pass ? calloc (nslots, sizeof *fill) : NULL;
+    uint32_t (*idx)[2] = pass ? malloc ((total ? total : 1) * sizeof *idx)
+                              : NULL;
+    if (pass && (!fill || !idx))
+      abort ();
+    for (unsigned w = 0; w < nwriters; w++)
+      for (uint32_t i = 0; i < logs[w].n; i++) {
+        const struct torture_op *op = &logs[w].ops[i];
+        if (op->kind == T_READ)
+          continue;
+        uint32_t a = op->slot == TORTURE_ALL ? 0 : op->slot;
+        uint32_t b = op->slot == TORTURE_ALL ? slots - 1 : op->slot;
+        for (uint32_t s = a; s <= b; s++) {
+          size_t k = (size_t) op->sector * slots + s;
+          if (!pass)
+            first[k + 1]++;
+          else {
+            idx[first[k] + fill[k]][0] = w;
+            idx[first[k] + fill[k]++][1] = i;
+          }
+        }
+      }
+    if (!pass) {
+      for (size_t k = 0; k < nslots; k++)
+        first[k + 1] += first[k];
+      total = first[nslots];
+      continue;
+    }
+    *checked = 0;
+    for (unsigned w = 0; w < nwriters; w++)
+      for (uint32_t i = 0; i < logs[w].n; i++) {
+        const struct torture_op *r = &logs[w].ops[i];
+        if (r->kind != T_READ)
+          continue;
+        size_t k = (size_t) r->sector * slots + r->slot;
+        uint64_t maxstart = 0, maxzeroend = 0;
+        bool overlap = false;
+        for (size_t j = first[k]; j < first[k + 1] && !overlap; j++) {
+          const struct torture_op *op = &logs[idx[j][0]].ops[idx[j][1]];
+          if (op->start < r->end && r->start < op->end)
+            overlap = true;
+          else if (op->end <= r->start) {
+            if (op->start > maxstart)
+              maxstart = op->start;
+            if (op->kind == T_ZERO && op->end > maxzeroend)
+              maxzeroend = op->end;
+          }
+        }
+        if (overlap)
+          continue;
+        ++*checked;
+        const char *why = NULL;
+        if (r->got == GOT_BAD)
+          why = "torn or foreign content";
+        else if (r->got == GOT_ZERO) {
+          if (maxstart && maxzeroend < maxstart)
+            why = "zeroes, but a write had completed";
+        }
+        else if (r->got_writer >= nwriters ||
+                 r->got_seq >= logs[r->got_writer].n)
+          why = "content no op wrote";
+        else {
+          const struct torture_op *op = &logs[r->got_writer].ops[r->got_seq];
+          if (op->kind != T_WRITE || op->sector != r->sector ||
+              (op->slot != TORTURE_ALL && op->slot != r->slot))
+            why = "content of an op on another slot";
+          else if (op->end > r->start)
+            why = "content of a write that had not completed";
+          else if (op->end < maxstart)
+            why = "stale: a later completed op's data is missing";
+        }
+        if (why && bad++ < 5 && report) {
+          snprintf (msg, sizeof msg, "read of sector %u slot %u: %s",
+                    r->sector, r->slot, why);
+          report (msg);
+        }
+      }
+    free (fill);
+    free (idx);
+  }
+  free (first);
+  return bad;
+}
+
 /* Checks the final content of the region (nsectors * physical bytes).
  * Returns the number of bad slots; describes the first few in msg. */
 static inline unsigned
@@ -187,6 +330,8 @@ torture_verify (const struct torture_geom *g, const char *data,
   for (unsigned w = 0; w < nwriters; w++)
     for (uint32_t i = 0; i < logs[w].n; i++) {
       const struct torture_op *op = &logs[w].ops[i];
+      if (op->kind == T_READ)
+        continue;
       uint32_t a = op->slot == TORTURE_ALL ? 0 : op->slot;
       uint32_t b = op->slot == TORTURE_ALL ? slots - 1 : op->slot;
       for (uint32_t s = a; s <= b; s++) {

@@ -13,6 +13,8 @@ Usage: bench.py --plugin PATH_OF_sect4k.so [--out BENCHMARKS.md]
        bench.py --plugin PATH --report-only   (rewrite from the raw file)
        bench.py --plugin PATH --profile CONTENDER:WORKLOAD
          (the server's functions by instructions per request, one cell)
+       bench.py --plugin PATH --instructions CONTENDER,... [--workloads W,...]
+         (the callgrind phase alone, printed, nothing written)
 Environment: BENCH_QUICK=1 (short run), BENCH_REPS, BENCH_RUNTIME (s).
 """
 import argparse
@@ -291,8 +293,9 @@ def qd_sweep(cons, tmp, log):
             s.stop()
     return res
 
-def callgrind(cons, tmp, log):
-    """{workload: {contender: instructions per request}} in the server."""
+def callgrind(cons, tmp, log, only=None):
+    """{workload: {contender: instructions per request}} in the server
+    (only: the workloads to run, default all)."""
     res = {w: {} for w in WORKLOADS}
     for c, (args, backing, takes_512) in cons.items():
         out = os.path.join(tmp, "cg-%s" % c)
@@ -322,7 +325,7 @@ def callgrind(cons, tmp, log):
                 prefill(srv.uri, tmp)
             dump()                  # drop start-up and prefill
             for w, wd in WORKLOADS.items():
-                if not applies(w, takes_512):
+                if not applies(w, takes_512) or (only and w not in only):
                     continue
                 n = CG_N // 8 if wd.get("jobs8") else CG_N
                 if wd["opts"]["bs"] == 1 << 20:
@@ -675,6 +678,8 @@ def main():
     ap.add_argument("--out", default="BENCHMARKS.md")
     ap.add_argument("--command", default="make bench")
     ap.add_argument("--profile", metavar="CONTENDER:WORKLOAD")
+    ap.add_argument("--instructions", metavar="CONTENDER,...")
+    ap.add_argument("--workloads", metavar="WORKLOAD,...")
     ap.add_argument("--raw", default="build/bench/results.json",
                     help="where the raw results are kept")
     ap.add_argument("--report-only", action="store_true",
@@ -686,6 +691,16 @@ def main():
         try:
             c, w = a.profile.split(":")
             profile(contenders(plugin, tmp, False), c, w, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    if a.instructions:
+        tmp = tempfile.mkdtemp(prefix="sect4k-bench-", dir="/var/tmp")
+        try:
+            cons = contenders(plugin, tmp, False)
+            callgrind({c: cons[c] for c in a.instructions.split(",")}, tmp,
+                      lambda s: print(s, flush=True),
+                      a.workloads.split(",") if a.workloads else None)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return

@@ -32,12 +32,15 @@ struct pending {
   uint32_t seq;
   char *buf;
   unsigned *errors;
+  const struct torture_geom *g;         /* set for a read */
 };
 
 static int
 completed (void *opaque, int *error)
 {
   struct pending *p = opaque;
+  if (p->g && !*error)
+    torture_read_done (p->g, p->log, p->seq, p->buf);
   torture_end (p->log, p->seq);
   if (*error) {
     if (__atomic_add_fetch (p->errors, 1, __ATOMIC_RELAXED) == 1)
@@ -93,8 +96,12 @@ submit (void *opaque, const struct torture_step *step, uint32_t sector,
   bool all = step->slot == TORTURE_ALL;
   int64_t r;
 
-  if (wait_below (w->h, run->depth - 1) == -1)
+  /* A read waits for this writer's own requests (which it would
+   * overlap), so it races only the other writers'. */
+  if (wait_below (w->h, step->what == DO_READ ? 0 : run->depth - 1) == -1)
     return -1;
+  if (step->what == DO_READ)    /* it starts now, not before the wait */
+    run->logs[w->id].ops[seq].start = torture_now ();
   struct pending *p = calloc (1, sizeof *p);
   p->log = &run->logs[w->id];
   p->seq = seq;
@@ -105,6 +112,11 @@ submit (void *opaque, const struct torture_step *step, uint32_t sector,
     torture_fill (&run->g, p->buf, w->id, seq, sector, step->slot);
     r = nbd_aio_pwrite (w->h, p->buf, len, off, cb,
                         all ? LIBNBD_CMD_FLAG_FUA : 0);
+  }
+  else if (step->what == DO_READ) {
+    p->buf = malloc (len);
+    p->g = &run->g;
+    r = nbd_aio_pread (w->h, p->buf, len, off, cb, 0);
   }
   else if (step->what == DO_ZERO)
     r = nbd_aio_zero (w->h, len, off, cb,
@@ -162,15 +174,19 @@ main (int argc, char **argv)
   ok (nbd_can_multi_conn (w[0].h) == 1, "server allows multi-conn");
   for (unsigned i = 0; i < run.nwriters; i++)
     pthread_create (&t[i], NULL, run_writer, &w[i]);
-  uint64_t sub = 0, ops = 0;
+  uint64_t sub = 0, ops = 0, reads = 0, checked = 0;
   for (unsigned i = 0; i < run.nwriters; i++) {
     pthread_join (t[i], NULL);
     sub += run.logs[i].sub_writes;
+    reads += run.logs[i].reads;
     ops += run.logs[i].n;
     nbd_shutdown (w[i].h, 0);
     nbd_close (w[i].h);
-    free (run.logs[i].ops);
   }
+  unsigned bad_reads = torture_verify_reads (&run.g, run.logs, run.nwriters,
+                                             &checked, report);
+  for (unsigned i = 0; i < run.nwriters; i++)
+    free (run.logs[i].ops);
   free (run.logs);
   free (w);
   free (t);
@@ -180,5 +196,8 @@ main (int argc, char **argv)
       "writes and zeroes in %u rounds over %u sectors: %u lost or torn "
       "updates", run.g.logical, run.g.physical, run.g.base, sub, run.rounds,
       run.g.nsectors, run.bad);
+  ok (bad_reads == 0 && checked > reads / 2, "%" PRIu64 " reads racing "
+      "the others' requests, %" PRIu64 " overlapping no write of their "
+      "slot: %u wrong", reads, checked, bad_reads);
   return done_testing ();
 }

@@ -62,6 +62,10 @@ submit (void *opaque, const struct torture_step *step, uint32_t sector,
     torture_fill (&run->g, c->buf, c->w->id, seq, sector, step->slot);
     r = s4k_write (run->dev, c->buf, len, off, all ? S4K_FUA : 0);
   }
+  else if (step->what == DO_READ) {
+    if ((r = s4k_read (run->dev, c->buf, len, off)) == 0)
+      torture_read_done (&run->g, &run->logs[c->w->id], seq, c->buf);
+  }
   else if (step->what == DO_ZERO)
     r = s4k_zero (run->dev, len, off, step->may_trim ? S4K_MAY_TRIM : 0);
   else
@@ -112,17 +116,24 @@ torture (uint32_t L, uint32_t P, uint32_t A, uint32_t nsectors,
     w[i] = (struct writer) { &run, i, 0x9E3779B97F4A7C15ull * (i + 1) };
     pthread_create (&t[i], NULL, run_writer, &w[i]);
   }
-  uint64_t sub = 0;
+  uint64_t sub = 0, reads = 0, checked = 0;
   for (unsigned i = 0; i < run.nwriters; i++) {
     pthread_join (t[i], NULL);
     sub += run.logs[i].sub_writes;
-    free (run.logs[i].ops);
+    reads += run.logs[i].reads;
   }
+  unsigned bad_reads = torture_verify_reads (&run.g, run.logs, run.nwriters,
+                                             &checked, report);
+  for (unsigned i = 0; i < run.nwriters; i++)
+    free (run.logs[i].ops);
   ok (run.errors == 0, "L=%u P=%u A=%u: %u writers, no request failed",
       L, P, A, run.nwriters);
   ok (run.bad == 0, "L=%u P=%u A=%u: %" PRIu64 " sub-physical writes and "
       "zeroes in %u rounds over %u sectors: %u lost or torn updates",
       L, P, A, sub, rounds, nsectors, run.bad);
+  ok (bad_reads == 0 && checked > reads / 2, "L=%u P=%u A=%u: %" PRIu64
+      " reads racing the others' RMWs, %" PRIu64 " overlapping no write of "
+      "their slot: %u wrong", L, P, A, reads, checked, bad_reads);
   pthread_barrier_destroy (&run.barrier);
   free (run.logs);
   free (w);
