@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Fairness: connections that pipeline 32 MiB reads of never-written
+"""Fairness: connections that pipeline 8 MiB reads of never-written
 space with structured replies (each answered by a tiny hole chunk, so
 no reply backlog ever stops them) must not take over the event loop.
 A well-behaved client's sequential 4 KiB reads are still answered
@@ -22,10 +22,10 @@ from srvlib import Server, greet, send_opt, recv_opt_reply, go, recv_exact  # no
 nbd = need_nbd()
 srvlib.need_server()
 
-BIG = 32 << 20
-HDR = struct.pack(">IHHQQI", 0x25609513, 0, 0, 1, 0, BIG)   # 32 MiB read
+BIG = 8 << 20
+HDR = struct.pack(">IHHQQI", 0x25609513, 0, 0, 1, 0, BIG)   # 8 MiB read
 BOUND = 30          # seconds to exit after SIGTERM or to serve after floods
-# A hole reply to a 32 MiB read is one 32-byte chunk; while the good
+# A hole reply to an 8 MiB read is one 32-byte chunk; while the good
 # client waits for each read, every flood gets about one request done.
 PER_READ = 16
 served = [0]        # flood replies received (bytes / 32)
@@ -124,7 +124,7 @@ def main():
             s.close()
             gone.append(s)
         took = good_reads(srv)
-        diag("100 reads after 4 clients left 100 queued 32 MiB reads each: %s s"
+        diag("100 reads after 4 clients left 100 queued 8 MiB reads each: %s s"
              % ("failed" if took is None else "%.2f" % took))
         ok(took is not None and took < BOUND,
            "the work queued by clients that left is dropped (%d s)" % BOUND)
