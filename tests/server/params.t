@@ -32,23 +32,7 @@ bad "expected KEY=VALUE" 1M 2M
 bad "--listen" size=1M --listen nocolon
 bad "not both" size=1M --listen 127.0.0.1:1 --unix "$tmpdir/x.sock"
 
-# Named exports (issue 13): each bad combination is one line naming the
-# export, the key and the rule.
-touch "$tmpdir/one.img"
-bad "export=a: duplicate export name" size=1M export=a export=a
-bad "export=512n: duplicate export name" size=1M exports=512n,4kn export=512n
-bad "export=a: exports=512n cannot vary per export" size=1M export=a exports=512n
-bad "export=b: file=$tmpdir/one.img is also export a's" size=1M export=a file="$tmpdir/one.img" export=b file="$tmpdir/one.img"
-bad "export=b: statsfile=$tmpdir/s.json is also export a's" size=1M export=a statsfile="$tmpdir/s.json" export=b statsfile="$tmpdir/s.json"
-bad "exports=512n,4kn: logical= among the defaults" size=1M exports=512n,4kn logical=4096
-bad "exports=512n,4kn: model= among the defaults" size=1M model=512e exports=512n,4kn
-bad "exports=512n,9kn: model=9kn: unknown model" size=1M exports=512n,9kn
-bad "exports=512n,,4kn: an empty name" size=1M exports=512n,,4kn
-bad "export=: the name is empty" size=1M export=
-bad "export=a/b: names are printable" size=1M export=a/b
-bad "export=a: logical=1000" size=1M export=a logical=1000
-bad "export=b: size: required" export=a size=1M export=b
-bad "export=b: alignment-offset=100" size=1M export=a export=b physical=4096 alignment-offset=100
+. "$(dirname "$0")/../exports-refusals.sh"
 bad "export=a: require-block-size=true cannot vary per export" size=1M export=a require-block-size=true
 bad "--export-name disk: with export= or exports=" size=1M exports=512n -e disk
 
