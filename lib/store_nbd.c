@@ -27,6 +27,7 @@
 
 #include <libnbd.h>
 
+#include "sect4k/extents.h"
 #include "sect4k/sect4k.h"
 #include "store_nbd.h"
 
@@ -278,91 +279,16 @@ nbd_store_flush (struct s4k_store *s)
 
 /* ---- extents: the upstream's runs, zero only over whole sectors ------- */
 
-struct extents_walk {
-  struct nbd_store *u;
-  s4k_extent_fn *fn;
-  void *opaque;
-  uint64_t pos;                  /* upstream runs seen up to here */
-  uint64_t zstart;               /* the zero run in progress, if any */
-  bool in_zero;
-  uint64_t out_start, out_end;   /* the run not yet passed on */
-  bool out_zero;
-  int stop;                      /* fn's non-zero answer */
-};
-
-/* The first physical boundary at or after off, and at or before it. */
-static uint64_t
-boundary_up (const struct s4k_geometry *g, uint64_t off)
-{
-  if (off == 0)
-    return 0;
-  uint64_t sh = s4k_sector_shift (g);
-  uint64_t b = ((off + sh + g->physical - 1) & ~(uint64_t) (g->physical - 1)) - sh;
-  return b < g->size ? b : g->size;
-}
-static uint64_t
-boundary_down (const struct s4k_geometry *g, uint64_t off)
-{
-  if (off >= g->size)
-    return g->size;
-  uint64_t sh = s4k_sector_shift (g);
-  uint64_t b = (off + sh) & ~(uint64_t) (g->physical - 1);
-  return b > sh ? b - sh : 0;
-}
-
-static void
-out (struct extents_walk *w, uint64_t end, bool zero)
-{
-  if (w->stop || end <= w->out_end)
-    return;
-  if (w->out_end > w->out_start && zero != w->out_zero) {
-    w->stop = w->fn (w->opaque, w->out_start, w->out_end - w->out_start,
-                     w->out_zero);
-    w->out_start = w->out_end;
-  }
-  w->out_zero = zero;
-  w->out_end = end;
-}
-
-/* A zero run of the upstream [start, end) is zero for us only over the
- * whole sectors inside it. */
-static void
-zero_run (struct extents_walk *w, uint64_t start, uint64_t end)
-{
-  const struct s4k_geometry *g = &w->u->g;
-  uint64_t zs = boundary_up (g, start), ze = boundary_down (g, end);
-  if (zs < ze) {
-    out (w, zs, false);
-    out (w, ze, true);
-  }
-  out (w, end, false);
-}
-
 static int
 extent_cb (void *opaque, const char *context, uint64_t offset,
            uint32_t *entries, size_t nr, int *error)
 {
-  struct extents_walk *w = opaque;
-  (void) error;
+  struct s4k_extent_rounder *w = opaque;
+  (void) offset; (void) error;
   if (strcmp (context, LIBNBD_CONTEXT_BASE_ALLOCATION) != 0)
     return 0;
-  uint64_t pos = offset;
-  for (size_t i = 0; i + 1 < nr && !w->stop; i += 2) {
-    bool zero = entries[i + 1] & LIBNBD_STATE_ZERO;
-    uint64_t end = pos + entries[i];
-    if (zero && !w->in_zero) {
-      w->in_zero = true;
-      w->zstart = pos;
-    }
-    else if (!zero && w->in_zero) {
-      w->in_zero = false;
-      zero_run (w, w->zstart, pos);
-    }
-    if (!zero)
-      out (w, end, false);
-    pos = end;
-  }
-  w->pos = pos;
+  for (size_t i = 0; i + 1 < nr && !w->stop; i += 2)
+    s4k_extent_round_add (w, entries[i], entries[i + 1] & LIBNBD_STATE_ZERO);
   return 0;
 }
 
@@ -377,8 +303,8 @@ nbd_store_extents (struct s4k_store *s, uint64_t len, uint64_t off,
   struct conn *c = get_conn (u, &r);
   if (!c)
     return r;
-  struct extents_walk w = { .u = u, .fn = fn, .opaque = opaque, .pos = off,
-                            .out_start = off, .out_end = off };
+  struct s4k_extent_rounder w;
+  s4k_extent_round_init (&w, &u->g, off, fn, opaque);
   const uint64_t end = off + len;
   while (w.pos < end && !w.stop && r == 0) {
     uint64_t before = w.pos;
@@ -391,13 +317,7 @@ nbd_store_extents (struct s4k_store *s, uint64_t len, uint64_t off,
       r = -EIO;                 /* the upstream answered nothing */
   }
   pthread_mutex_unlock (&c->lock);
-  if (r)
-    return r;
-  if (w.in_zero)
-    zero_run (&w, w.zstart, w.pos < end ? w.pos : end);
-  if (!w.stop && w.out_end > w.out_start)
-    w.stop = fn (opaque, w.out_start, w.out_end - w.out_start, w.out_zero);
-  return w.stop < 0 ? w.stop : 0;
+  return r ? r : s4k_extent_round_end (&w, end);
 }
 
 static bool
