@@ -55,8 +55,8 @@ $(ENGINE_LIB): $(ENGINE_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(PLUGIN): $(B)/plugin/sect4k.o $(ENGINE_LIB)
-	$(CC) -shared $(LDFLAGS_ALL) -o $@ $< $(ENGINE_LIB) $(ENGINE_LIBS)
+$(PLUGIN): $(B)/plugin/sect4k.o $(B)/plugin/glue.o $(ENGINE_LIB)
+	$(CC) -shared $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(ENGINE_LIB) $(ENGINE_LIBS)
 
 $(MANPAGE): plugin/nbdkit-sect4k-plugin.pod
 	pod2man --section=1 --center=sect4k --release=sect4k-$(shell sed -n 's/.*S4K_VERSION "\(.*\)"/\1/p' include/sect4k/sect4k.h) --name=nbdkit-sect4k-plugin $< > $@

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "sect4k/sect4k.h"
+#include "glue.h"
 
 /* -D sect4k.rmw=1 logs every read-modify-write. */
 NBDKIT_DLL_PUBLIC int sect4k_debug_rmw = 0;
@@ -166,28 +167,10 @@ sect4k_can_fast_zero (void *h)
   return s4k_dev_can_fast_zero (dev);
 }
 
-/* Turns an engine result into nbdkit's convention. */
 static int
 result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
 {
-  if (r == 0)
-    return 0;
-  if (r == -EINVAL && s4k_refused (dev, op, len, off)) {
-    char msg[256];
-    s4k_explain_refusal (dev, op, len, off, msg, sizeof msg);
-    if (!h->refused_once) {
-      h->refused_once = true;
-      nbdkit_error ("%s; further refusals on this connection are logged "
-                    "as debug messages only", msg);
-    }
-    else
-      nbdkit_debug ("%s", msg);
-  }
-  else if (r != -ENOTSUP)
-    nbdkit_error ("%s at offset %" PRIu64 " length %" PRIu64 ": %s",
-                  s4k_op_names[op], off, len, s4k_strerror (-r));
-  nbdkit_set_error (-r);
-  return -1;
+  return s4k_glue_result (dev, &h->refused_once, r, op, len, off);
 }
 
 static int
@@ -198,33 +181,25 @@ sect4k_pread (void *h, void *buf, uint32_t count, uint64_t offset,
   return result (h, s4k_read (dev, buf, count, offset), S4K_OP_READ, count, offset);
 }
 
-static unsigned
-engine_flags (uint32_t flags)
-{
-  return (flags & NBDKIT_FLAG_FUA ? S4K_FUA : 0) |
-         (flags & NBDKIT_FLAG_MAY_TRIM ? S4K_MAY_TRIM : 0) |
-         (flags & NBDKIT_FLAG_FAST_ZERO ? S4K_FAST_ZERO : 0);
-}
-
 static int
 sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
                uint32_t flags)
 {
-  return result (h, s4k_write (dev, buf, count, offset, engine_flags (flags)),
+  return result (h, s4k_write (dev, buf, count, offset, s4k_glue_flags (flags)),
                  S4K_OP_WRITE, count, offset);
 }
 
 static int
 sect4k_zero (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
-  return result (h, s4k_zero (dev, count, offset, engine_flags (flags)),
+  return result (h, s4k_zero (dev, count, offset, s4k_glue_flags (flags)),
                  S4K_OP_ZERO, count, offset);
 }
 
 static int
 sect4k_trim (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
-  return result (h, s4k_trim (dev, count, offset, engine_flags (flags)),
+  return result (h, s4k_trim (dev, count, offset, s4k_glue_flags (flags)),
                  S4K_OP_TRIM, count, offset);
 }
 
@@ -242,28 +217,12 @@ sect4k_cache (void *h, uint32_t count, uint64_t offset, uint32_t flags)
   return result (h, s4k_cache (dev, count, offset), S4K_OP_CACHE, count, offset);
 }
 
-struct extents_ctx {
-  struct nbdkit_extents *extents;
-  bool req_one;
-};
-
-static int
-add_extent (void *opaque, uint64_t off, uint64_t len, bool zero)
-{
-  struct extents_ctx *c = opaque;
-  if (nbdkit_add_extent (c->extents, off, len,
-                         zero ? NBDKIT_EXTENT_HOLE | NBDKIT_EXTENT_ZERO : 0)
-      == -1)
-    return -errno ? -errno : -EIO;
-  return c->req_one;            /* one extent is all the client wants */
-}
-
 static int
 sect4k_extents (void *h, uint32_t count, uint64_t offset, uint32_t flags,
                 struct nbdkit_extents *extents)
 {
-  struct extents_ctx c = { extents, flags & NBDKIT_FLAG_REQ_ONE };
-  return result (h, s4k_extents (dev, count, offset, add_extent, &c),
+  struct s4k_glue_extents c = { extents, flags & NBDKIT_FLAG_REQ_ONE };
+  return result (h, s4k_extents (dev, count, offset, s4k_glue_add_extent, &c),
                  S4K_OP_EXTENTS, count, offset);
 }
 
