@@ -153,7 +153,10 @@ main (int argc, char **argv)
   if (strcmp (mode, "verify") == 0) {
     memset (acked, 1, nslots);
     struct nbd_handle *h = connect_or_die ();
-    return verify (h, nslots);
+    int r = verify (h, nslots);
+    nbd_close (h);
+    free (acked);
+    return r;
   }
   pthread_t t[THREADS];
   for (unsigned i = 0; i < THREADS; i++)
@@ -170,17 +173,25 @@ main (int argc, char **argv)
     fprintf (stderr, "# first flush: %s\n", nbd_get_error ());
     if (nbd_flush (h, 0) == -1) {
       fprintf (stderr, "flush: %s\n", nbd_get_error ());
+      nbd_close (h);
       return 1;
     }
   }
-  if (!restart)
-    return errors ? (fprintf (stderr, "%u writes failed\n", errors), 1) : 0;
-  printf ("%llu writes, %u failed (%u not with EIO)\n",
-          (unsigned long long) n, errors, other_errors);
-  if (!errors) {
-    fprintf (stderr, "no write failed: the upstream was not restarted in "
-             "time\n");
-    return 1;
+  int r = 0;
+  if (!restart) {
+    if (errors)
+      fprintf (stderr, "%u writes failed\n", errors);
+    r = errors != 0;
   }
-  return verify (h, n) || other_errors;
+  else {
+    printf ("%llu writes, %u failed (%u not with EIO)\n",
+            (unsigned long long) n, errors, other_errors);
+    if (!errors)
+      fprintf (stderr, "no write failed: the upstream was not restarted "
+               "in time\n");
+    r = !errors || verify (h, n) || other_errors;
+  }
+  nbd_close (h);
+  free (acked);
+  return r;
 }
