@@ -253,17 +253,23 @@ nbd_store_flush (struct s4k_store *s)
   if (!u->can_flush)
     ;                           /* the upstream writes through */
   else if (u->multi_conn) {
+    /* One flush covers the writes every connection completed before it:
+     * take their marks first, so that writes racing the flush keep
+     * theirs. */
+    bool dirty = false;
+    for (unsigned i = 0; i < u->n; i++) {
+      pthread_mutex_lock (&u->conns[i].lock);
+      dirty |= u->conns[i].dirty;
+      u->conns[i].dirty = false;
+      pthread_mutex_unlock (&u->conns[i].lock);
+    }
     struct conn *c = get_conn (u, &r);
     if (c) {
-      r = flush_conn (u, c);
+      r = check (u, c, nbd_flush (c->h, 0));
       pthread_mutex_unlock (&c->lock);
-      /* One flush covers every connection's completed writes. */
-      for (unsigned i = 0; i < u->n && r == 0; i++) {
-        pthread_mutex_lock (&u->conns[i].lock);
-        u->conns[i].dirty = false;
-        pthread_mutex_unlock (&u->conns[i].lock);
-      }
     }
+    if (r && dirty)
+      atomic_store (&u->lost_writes, true);
   }
   else
     for (unsigned i = 0; i < u->n; i++) {
