@@ -43,7 +43,7 @@ done
 
 # The plugin's own geometry must fit.
 rm -f "$tmpdir/r.sock"
-timeout 20 nbdkit -f -U "$tmpdir/r.sock" --filter="$filter" \
+timeout 20 env $(sanitizer_env) nbdkit -f -U "$tmpdir/r.sock" --filter="$filter" \
   --filter=blocksize-policy memory 64M blocksize-minimum=8192 \
   blocksize-preferred=8192 physical=4096 >"$tmpdir/r.log" 2>&1 &
 rpid=$!

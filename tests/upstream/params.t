@@ -16,9 +16,14 @@ refused () {
   rm -f "$tmpdir/r.sock"
   case $front in
     server) timeout 20 "$server" --unix "$tmpdir/r.sock" "$@" >"$out" 2>&1 ;;
-    plugin) timeout 20 nbdkit -f -U "$tmpdir/r.sock" "$SECT4K_PLUGIN" "$@" >"$out" 2>&1 ;;
+    plugin) timeout 20 env $(sanitizer_env) nbdkit -f -U "$tmpdir/r.sock" "$SECT4K_PLUGIN" "$@" >"$out" 2>&1 ;;
   esac
   local st=$?
+  # Under ASan, nbdkit's exit can hang (killed: 124) once libnbd has
+  # formatted an error with strerror (libp11-kit's exit handler waits on
+  # glibc's locale lock): the refusal itself is what is tested.
+  [ $st = 124 ] && [ "${SECT4K_SAN:-}" = asan ] && [ $front = plugin ] &&
+    diag "nbdkit hung at exit under ASan after refusing" && st=1
   [ $st != 0 ] && [ $st != 124 ] && grep -q -- "$pat" "$out"
   ok $? "$front refuses $desc"
   diag "$(grep -m1 -- "$pat" "$out" || cat "$out")"
