@@ -30,6 +30,8 @@ LIBNBD_CFLAGS = $(shell $(PKG_CONFIG) --cflags libnbd 2>/dev/null)
 LIBNBD_LIBS = $(shell $(PKG_CONFIG) --libs libnbd 2>/dev/null)
 URING_CFLAGS = $(shell $(PKG_CONFIG) --cflags liburing 2>/dev/null)
 URING_LIBS = $(shell $(PKG_CONFIG) --libs liburing 2>/dev/null)
+# What a program linking the engine needs (the upstream store is libnbd).
+ENGINE_LIBS = $(URING_LIBS) $(LIBNBD_LIBS)
 
 ENGINE_SRCS := $(sort $(wildcard lib/*.c))
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(B)/%.o)
@@ -48,14 +50,14 @@ all: $(PLUGIN) $(MANPAGE) test-progs
 
 $(B)/%.o: %.c $(wildcard include/sect4k/*.h lib/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(NBDKIT_CFLAGS) $(URING_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(NBDKIT_CFLAGS) $(URING_CFLAGS) $(LIBNBD_CFLAGS) -c $< -o $@
 
 $(ENGINE_LIB): $(ENGINE_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(PLUGIN): $(B)/plugin/sect4k.o $(ENGINE_LIB)
-	$(CC) -shared $(LDFLAGS_ALL) -o $@ $< $(ENGINE_LIB) $(URING_LIBS)
+$(PLUGIN): $(B)/plugin/sect4k.o $(B)/plugin/glue.o $(ENGINE_LIB)
+	$(CC) -shared $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(ENGINE_LIB) $(ENGINE_LIBS)
 
 $(MANPAGE): plugin/nbdkit-sect4k-plugin.pod
 	pod2man --section=1 --center=sect4k --release=sect4k-$(shell sed -n 's/.*S4K_VERSION "\(.*\)"/\1/p' include/sect4k/sect4k.h) --name=nbdkit-sect4k-plugin $< > $@
@@ -63,7 +65,7 @@ $(MANPAGE): plugin/nbdkit-sect4k-plugin.pod
 test-progs: $(TEST_PROGS)
 $(B)/tests/unit-%: tests/unit/%.c $(ENGINE_LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -Ilib -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
+	$(CC) $(CFLAGS_ALL) -Itests -Ilib -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(ENGINE_LIBS)
 $(B)/tests/client-%: tests/plugin/%.c $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(LIBNBD_CFLAGS) -Itests -o $@ $< $(LDFLAGS_ALL) $(LIBNBD_LIBS)

@@ -30,6 +30,9 @@ const char s4k_config_help[] =
   "                      memory.\n"
   "direct=BOOL           Open file= with O_DIRECT (default false).\n"
   "io=uring|sync         File I/O through io_uring (default) or pread/pwrite.\n"
+  "upstream=URI          Keep the data in another NBD server's export (any\n"
+  "                      URI libnbd takes: nbd://, nbd+unix://, nbds://).\n"
+  "upstream-connections=N  Connections to upstream=, 1..64 (default 4).\n"
   "statsfile=PATH        Write statistics as JSON at exit (and every\n"
   "                      stats-interval seconds), atomically.\n"
   "stats-interval=SECS   Seconds between statsfile updates (default 0:\n"
@@ -217,6 +220,22 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
     }
     c->file = value;
   }
+  else if (strcmp (key, "upstream") == 0) {
+    if (*value == '\0') {
+      snprintf (err, errlen, "upstream=: the URI is empty");
+      return -1;
+    }
+    c->upstream = value;
+  }
+  else if (strcmp (key, "upstream-connections") == 0) {
+    uint64_t v;
+    if (s4k_parse_size (value, &v) == -1 || v < 1 || v > 64) {
+      snprintf (err, errlen, "upstream-connections=%s: must be a whole "
+                "number from 1 to 64", value);
+      return -1;
+    }
+    c->upstream_connections = v;
+  }
   else if (strcmp (key, "statsfile") == 0) {
     if (*value == '\0') {
       snprintf (err, errlen, "statsfile=: the path is empty");
@@ -291,7 +310,7 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
     g->alignment = g->physical ?
       (uint32_t) (((unsigned __int128) lba * g->logical) % g->physical) : 0;
   }
-  if (!c->have_size && !c->file) {
+  if (!c->have_size && !c->file && !c->upstream && !c->store_sized) {
     snprintf (err, errlen, "size: required (e.g. size=10G)");
     return -1;
   }
@@ -318,6 +337,16 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
   if (c->stats_interval && !c->statsfile) {
     snprintf (err, errlen, "stats-interval=%" PRIu32 ": needs statsfile=",
               c->stats_interval);
+    return -1;
+  }
+  if (c->file && c->upstream) {
+    snprintf (err, errlen, "file=%s and upstream=%s: give one of the two, "
+              "not both", c->file, c->upstream);
+    return -1;
+  }
+  if (c->upstream_connections && !c->upstream) {
+    snprintf (err, errlen, "upstream-connections=%" PRIu32 ": needs "
+              "upstream=", c->upstream_connections);
     return -1;
   }
   if (c->direct && !c->file) {

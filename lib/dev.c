@@ -13,6 +13,7 @@
 #include "lock.h"
 #include "stats.h"
 #include "stats_save.h"
+#include "store_nbd.h"
 
 /* For what runs on every request: inline into each caller, so that the
  * synchronous calls fold the plan into straight code. */
@@ -129,6 +130,9 @@ s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
   /* The file store may take the size from the file. */
   if (cfg.file && !(store = s4k_file_store_new (&cfg, &cfg.geom.size,
                                                 err, errlen)))
+    return -EINVAL;
+  if (cfg.upstream && !(store = s4k_nbd_store_new (&cfg, &cfg.geom.size,
+                                                   err, errlen)))
     return -EINVAL;
   if (s4k_geometry_check (&cfg.geom, err, errlen) == -1) {
     if (store)

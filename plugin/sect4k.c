@@ -13,6 +13,7 @@
 
 #include "sect4k/sect4k.h"
 #include "sect4k/exports.h"
+#include "glue.h"
 
 /* -D sect4k.rmw=1 logs every read-modify-write. */
 NBDKIT_DLL_PUBLIC int sect4k_debug_rmw = 0;
@@ -121,7 +122,7 @@ sect4k_dump_plugin (void)
   printf ("sect4k_max_request_default=%u\n", S4K_DEFAULT_MAX_REQUEST);
   printf ("sect4k_max_request_max=%u\n", S4K_MAX_MAX_REQUEST);
   printf ("sect4k_models=512n,512e,512e-xp,4kn\n");
-  printf ("sect4k_stores=memory,file\n");
+  printf ("sect4k_stores=memory,file,upstream\n");
 }
 
 /* Without export=, any name reaches the one export, as nbdkit's own
@@ -258,28 +259,6 @@ wait_modelled (struct handle *h, int r, enum s4k_op op, uint64_t len,
     nbdkit_nanosleep ((due - now) / 1000000000u, (due - now) % 1000000000u);
 }
 
-/* Reports a failed request (out of line: the data path stays small). */
-static __attribute__ ((noinline)) int
-failed (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
-{
-  if (r == -EINVAL && s4k_refused (h->dev, op, len, off)) {
-    char msg[256];
-    s4k_explain_refusal (h->dev, op, len, off, msg, sizeof msg);
-    if (!h->refused_once) {
-      h->refused_once = true;
-      nbdkit_error ("%s; further refusals on this connection are logged "
-                    "as debug messages only", msg);
-    }
-    else
-      nbdkit_debug ("%s", msg);
-  }
-  else if (r != -ENOTSUP)
-    nbdkit_error ("%s at offset %" PRIu64 " length %" PRIu64 ": %s",
-                  s4k_op_names[op], off, len, s4k_strerror (-r));
-  nbdkit_set_error (-r);
-  return -1;
-}
-
 /* Turns an engine result into nbdkit's convention.  Inline, so success
  * costs the callers one test (and the timing model's one more). */
 static inline int
@@ -287,7 +266,8 @@ result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
 {
   if (__builtin_expect (timed, 0))
     wait_modelled (h, r, op, len, off);
-  return r == 0 ? 0 : failed (h, r, op, len, off);
+  return r == 0 ? 0 : s4k_glue_result (h->dev, &h->refused_once, r, op,
+                                       len, off);
 }
 
 static int
@@ -301,14 +281,6 @@ sect4k_pread (void *h, void *buf, uint32_t count, uint64_t offset,
                  count, offset);
 }
 
-static unsigned
-engine_flags (uint32_t flags)
-{
-  return (flags & NBDKIT_FLAG_FUA ? S4K_FUA : 0) |
-         (flags & NBDKIT_FLAG_MAY_TRIM ? S4K_MAY_TRIM : 0) |
-         (flags & NBDKIT_FLAG_FAST_ZERO ? S4K_FAST_ZERO : 0);
-}
-
 static int
 sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
                uint32_t flags)
@@ -316,7 +288,7 @@ sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
   if (cut_off (h))
     return -1;
   return result (h, s4k_write (dev_of (h), buf, count, offset,
-                              engine_flags (flags)),
+                              s4k_glue_flags (flags)),
                  S4K_OP_WRITE, count, offset);
 }
 
@@ -325,7 +297,7 @@ sect4k_zero (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   if (cut_off (h))
     return -1;
-  return result (h, s4k_zero (dev_of (h), count, offset, engine_flags (flags)),
+  return result (h, s4k_zero (dev_of (h), count, offset, s4k_glue_flags (flags)),
                  S4K_OP_ZERO, count, offset);
 }
 
@@ -334,7 +306,7 @@ sect4k_trim (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   if (cut_off (h))
     return -1;
-  return result (h, s4k_trim (dev_of (h), count, offset, engine_flags (flags)),
+  return result (h, s4k_trim (dev_of (h), count, offset, s4k_glue_flags (flags)),
                  S4K_OP_TRIM, count, offset);
 }
 
@@ -357,30 +329,15 @@ sect4k_cache (void *h, uint32_t count, uint64_t offset, uint32_t flags)
                  count, offset);
 }
 
-struct extents_ctx {
-  struct nbdkit_extents *extents;
-  bool req_one;
-};
-
-static int
-add_extent (void *opaque, uint64_t off, uint64_t len, bool zero)
-{
-  struct extents_ctx *c = opaque;
-  if (nbdkit_add_extent (c->extents, off, len,
-                         zero ? NBDKIT_EXTENT_HOLE | NBDKIT_EXTENT_ZERO : 0)
-      == -1)
-    return -errno ? -errno : -EIO;
-  return c->req_one;            /* one extent is all the client wants */
-}
-
 static int
 sect4k_extents (void *h, uint32_t count, uint64_t offset, uint32_t flags,
                 struct nbdkit_extents *extents)
 {
   if (cut_off (h))
     return -1;
-  struct extents_ctx c = { extents, flags & NBDKIT_FLAG_REQ_ONE };
-  return result (h, s4k_extents (dev_of (h), count, offset, add_extent, &c),
+  struct s4k_glue_extents c = { extents, flags & NBDKIT_FLAG_REQ_ONE };
+  return result (h, s4k_extents (dev_of (h), count, offset,
+                                 s4k_glue_add_extent, &c),
                  S4K_OP_EXTENTS, count, offset);
 }
 

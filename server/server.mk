@@ -22,11 +22,11 @@ all: $(SERVER) $(SERVER_MAN) $(FUZZ_REPLAY)
 $(SERVER_OBJS) $(B)/server/fuzz.o: $(SERVER_HDRS)
 
 $(SERVER): $(SERVER_OBJS) $(ENGINE_LIB)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(SERVER_OBJS) $(ENGINE_LIB) $(URING_LIBS)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(SERVER_OBJS) $(ENGINE_LIB) $(ENGINE_LIBS)
 
 $(FUZZ_REPLAY): server/fuzz.c $(B)/server/conn.o $(B)/server/handshake.o $(ENGINE_LIB) $(SERVER_HDRS)
 	$(CC) $(CFLAGS_ALL) $(URING_CFLAGS) -DFUZZ_REPLAY_MAIN -o $@ server/fuzz.c \
-	  $(B)/server/conn.o $(B)/server/handshake.o $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
+	  $(B)/server/conn.o $(B)/server/handshake.o $(ENGINE_LIB) $(LDFLAGS_ALL) $(ENGINE_LIBS)
 
 $(SERVER_MAN): server/sect4k-server.pod
 	pod2man --section=1 --center=sect4k --release=sect4k-$(shell sed -n 's/.*S4K_VERSION "\(.*\)"/\1/p' include/sect4k/sect4k.h) --name=sect4k-server $< > $@
@@ -43,7 +43,7 @@ $(FUZZ_BIN): server/fuzz.c server/conn.c server/handshake.c $(SERVER_HDRS) $(ENG
 	clang -std=gnu11 -O1 -g -Iinclude -Wall -Wextra -Werror \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  $(URING_CFLAGS) -o $@ server/fuzz.c server/conn.c server/handshake.c $(ENGINE_SRCS) \
-	  -pthread $(URING_LIBS)
+	  -pthread $(ENGINE_LIBS)
 $(FUZZ_BIN): | fuzz-deps
 .PHONY: fuzz-deps
 fuzz-deps:

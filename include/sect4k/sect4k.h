@@ -130,6 +130,11 @@ struct s4k_config {
   const char *file;           /* NULL: memory store */
   bool direct;                /* O_DIRECT */
   bool no_uring;              /* io=sync, or SECT4K_NO_URING=1 */
+  /* Upstream store (upstream=, upstream-connections=). */
+  const char *upstream;       /* NBD URI; NULL: not upstream */
+  uint32_t upstream_connections;  /* 0: the default */
+  bool store_sized;           /* the front end's store gives the size
+                                 (the nbdkit filter): size= not needed */
   /* Statistics (statsfile=, stats-interval=, stats=). */
   const char *statsfile;      /* JSON written at close and every interval */
   uint32_t stats_interval;    /* seconds; 0: at close only */

@@ -4,7 +4,7 @@ FILE_TESTS := $(patsubst tests/file/%.c,$(B)/tests/file-%,$(wildcard tests/file/
 test-progs: $(FILE_TESTS)
 $(B)/tests/file-%: tests/file/%.c $(ENGINE_LIB) $(wildcard tests/*.h lib/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -Ilib -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS)
+	$(CC) $(CFLAGS_ALL) -Itests -Ilib -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(ENGINE_LIBS)
 # A preload shim that takes fallocate away (tests/file/nofalloc.t).
 test-progs: $(B)/tests/file-nofalloc.so
 $(B)/tests/file-nofalloc.so: tests/file/preload/nofalloc.c

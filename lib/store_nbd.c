@@ -1,0 +1,488 @@
+/* Upstream store: whole physical sectors of another NBD server's export,
+ * through libnbd's synchronous API (upstream=URI).
+ *
+ * Requests run in parallel over a pool of upstream connections
+ * (upstream-connections=, default 4): a request takes a free one, or
+ * waits for one.  The engine holds the sector locks, so two requests on
+ * different connections never touch the same sector at once, and a
+ * sector is read only after the write before it was acknowledged.
+ *
+ * Flush: with multi-conn the upstream promises that a flush on one
+ * connection covers the writes completed on all of them.  Without it,
+ * a flush goes to every connection of the pool in turn.  FUA goes as
+ * FUA, or (upstream without FUA) as a flush of the same connection after
+ * the write.
+ *
+ * A connection that fails (the upstream died or restarted) is closed:
+ * its request gets EIO and the next request that picks it connects
+ * again.  If it had writes no flush covered, the next flush fails with
+ * EIO too, since they may be gone. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libnbd.h>
+
+#include "sect4k/extents.h"
+#include "sect4k/sect4k.h"
+#include "store_nbd.h"
+
+#define MAX_CONNECTIONS 64
+#define ZERO_CHUNK (1u << 30)    /* largest zero sent at once */
+
+struct conn {
+  pthread_mutex_t lock;
+  struct nbd_handle *h;          /* NULL: connect at the next use */
+  bool dirty;                    /* writes since the last flush */
+};
+
+struct nbd_store {
+  struct s4k_store base;
+  char *uri;
+  struct s4k_geometry g;
+  unsigned n;
+  struct conn conns[MAX_CONNECTIONS];
+  _Atomic unsigned next;
+  uint64_t export_size;
+  uint32_t chunk;                /* largest read or write sent at once */
+  bool multi_conn, can_flush, can_fua, can_zero, can_fast_zero,
+       can_extents, readonly;
+  _Atomic bool lost_writes;      /* a dirty connection died */
+  _Atomic uint64_t reconnects;
+  char *zeroes;                  /* for upstreams without write-zeroes */
+  size_t zeroes_len;
+  char info[512];
+};
+
+static struct nbd_handle *
+connect_upstream (const char *uri, char *err, size_t errlen)
+{
+  struct nbd_handle *h = nbd_create ();
+  if (!h) {
+    snprintf (err, errlen, "upstream=%s: %s", uri, nbd_get_error ());
+    return NULL;
+  }
+  if (nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1 ||
+      nbd_connect_uri (h, uri) == -1) {
+    snprintf (err, errlen, "upstream=%s: cannot connect: %s", uri,
+              nbd_get_error ());
+    nbd_close (h);
+    return NULL;
+  }
+  return h;
+}
+
+/* A connection of the pool, locked and connected; NULL (and *r) if it
+ * cannot connect. */
+static struct conn *
+get_conn (struct nbd_store *u, int *r)
+{
+  unsigned start = atomic_fetch_add_explicit (&u->next, 1,
+                                              memory_order_relaxed) % u->n;
+  struct conn *c = NULL;
+  for (unsigned i = 0; i < u->n && !c; i++) {
+    struct conn *t = &u->conns[(start + i) % u->n];
+    if (pthread_mutex_trylock (&t->lock) == 0)
+      c = t;
+  }
+  if (!c) {
+    c = &u->conns[start];
+    pthread_mutex_lock (&c->lock);
+  }
+  if (!c->h) {
+    char err[256];
+    c->h = connect_upstream (u->uri, err, sizeof err);
+    /* The export must still be the one the device was built on. */
+    if (c->h && (nbd_get_size (c->h) < (int64_t) u->g.size ||
+                 (!u->readonly && nbd_is_read_only (c->h) == 1))) {
+      nbd_close (c->h);
+      c->h = NULL;
+    }
+    if (!c->h) {
+      pthread_mutex_unlock (&c->lock);
+      *r = -EIO;
+      return NULL;
+    }
+    atomic_fetch_add (&u->reconnects, 1);
+  }
+  return c;
+}
+
+/* Ends a command on c: turns libnbd's -1 into -errno, and closes a
+ * connection that died (its request gets EIO). */
+static int
+check (struct nbd_store *u, struct conn *c, int r)
+{
+  if (r != -1)
+    return 0;
+  int e = nbd_get_errno ();
+  if (nbd_aio_is_dead (c->h) || nbd_aio_is_closed (c->h) ||
+      !nbd_aio_is_ready (c->h)) {
+    if (c->dirty)
+      atomic_store (&u->lost_writes, true);
+    nbd_close (c->h);
+    c->h = NULL;
+    c->dirty = false;
+    return -EIO;
+  }
+  return -(e > 0 ? e : EIO);
+}
+
+static int
+nbd_store_read (struct s4k_store *s, const struct s4k_io *io, unsigned n)
+{
+  struct nbd_store *u = (struct nbd_store *) s;
+  int r = 0;
+  struct conn *c = get_conn (u, &r);
+  if (!c)
+    return r;
+  for (unsigned i = 0; i < n && r == 0; i++)
+    for (uint64_t done = 0; done < io[i].len && r == 0; ) {
+      uint64_t len = io[i].len - done < u->chunk ? io[i].len - done : u->chunk;
+      r = check (u, c, nbd_pread (c->h, (char *) io[i].buf + done, len,
+                                  io[i].off + done, 0));
+      done += len;
+    }
+  pthread_mutex_unlock (&c->lock);
+  return r;
+}
+
+/* FUA for the upstream, or a flush of c after the command. */
+static uint32_t
+fua_flag (const struct nbd_store *u, bool fua)
+{
+  return fua && u->can_fua ? LIBNBD_CMD_FLAG_FUA : 0;
+}
+static int
+fua_flush (struct nbd_store *u, struct conn *c, bool fua, int r)
+{
+  if (r == 0 && fua && !u->can_fua && u->can_flush)
+    r = check (u, c, nbd_flush (c->h, 0));
+  return r;
+}
+
+/* Writes buf (len bytes) at off on c, in pieces the upstream takes. */
+static int
+write_on (struct nbd_store *u, struct conn *c, const char *buf,
+          uint64_t len, uint64_t off, bool fua, size_t buflen)
+{
+  int r = 0;
+  c->dirty = true;
+  for (uint64_t done = 0; done < len && r == 0; ) {
+    uint64_t n = len - done < u->chunk ? len - done : u->chunk;
+    if (buflen && n > buflen)
+      n = buflen;
+    r = check (u, c, nbd_pwrite (c->h, buflen ? buf : buf + done, n,
+                                 off + done, fua_flag (u, fua)));
+    done += n;
+  }
+  return r;
+}
+
+static int
+nbd_store_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
+                 bool fua)
+{
+  struct nbd_store *u = (struct nbd_store *) s;
+  int r = 0;
+  struct conn *c = get_conn (u, &r);
+  if (!c)
+    return r;
+  for (unsigned i = 0; i < n && r == 0; i++)
+    r = write_on (u, c, io[i].buf, io[i].len, io[i].off, fua, 0);
+  r = fua_flush (u, c, fua, r);
+  pthread_mutex_unlock (&c->lock);
+  return r;
+}
+
+/* Zero and trim: sect4k's trimmed sectors read as zeroes (the torture
+ * and the other stores rely on it), and NBD_CMD_TRIM leaves the contents
+ * undefined, so a trim is a write-zeroes that may punch holes. */
+static int
+nbd_store_zero (struct s4k_store *s, uint64_t len, uint64_t off,
+                bool may_trim, bool fua)
+{
+  struct nbd_store *u = (struct nbd_store *) s;
+  int r = 0;
+  struct conn *c = get_conn (u, &r);
+  if (!c)
+    return r;
+  if (!u->can_zero)
+    r = write_on (u, c, u->zeroes, len, off, fua, u->zeroes_len);
+  else {
+    c->dirty = true;
+    for (uint64_t done = 0; done < len && r == 0; done += ZERO_CHUNK) {
+      uint64_t n = len - done < ZERO_CHUNK ? len - done : ZERO_CHUNK;
+      r = check (u, c, nbd_zero (c->h, n, off + done,
+                                 (may_trim ? 0 : LIBNBD_CMD_FLAG_NO_HOLE) |
+                                 fua_flag (u, fua)));
+    }
+  }
+  r = fua_flush (u, c, fua, r);
+  pthread_mutex_unlock (&c->lock);
+  return r;
+}
+
+static int
+nbd_store_trim (struct s4k_store *s, uint64_t len, uint64_t off, bool fua)
+{
+  return nbd_store_zero (s, len, off, true, fua);
+}
+
+static int
+flush_conn (struct nbd_store *u, struct conn *c)
+{
+  int r = 0;
+  if (c->h && (r = check (u, c, nbd_flush (c->h, 0))) == 0)
+    c->dirty = false;
+  return r;
+}
+
+static int
+nbd_store_flush (struct s4k_store *s)
+{
+  struct nbd_store *u = (struct nbd_store *) s;
+  int r = 0;
+  /* Taken before the flush: a connection that dies during it sets it
+   * again for the next one. */
+  bool lost = atomic_exchange (&u->lost_writes, false);
+  if (!u->can_flush)
+    ;                           /* the upstream writes through */
+  else if (u->multi_conn) {
+    /* One flush covers the writes every connection completed before it:
+     * take their marks first, so that writes racing the flush keep
+     * theirs. */
+    bool dirty = false;
+    for (unsigned i = 0; i < u->n; i++) {
+      pthread_mutex_lock (&u->conns[i].lock);
+      dirty |= u->conns[i].dirty;
+      u->conns[i].dirty = false;
+      pthread_mutex_unlock (&u->conns[i].lock);
+    }
+    struct conn *c = get_conn (u, &r);
+    if (c) {
+      r = check (u, c, nbd_flush (c->h, 0));
+      pthread_mutex_unlock (&c->lock);
+    }
+    if (r && dirty)
+      atomic_store (&u->lost_writes, true);
+  }
+  else
+    for (unsigned i = 0; i < u->n; i++) {
+      struct conn *c = &u->conns[i];
+      pthread_mutex_lock (&c->lock);
+      int e = c->dirty ? flush_conn (u, c) : 0;
+      pthread_mutex_unlock (&c->lock);
+      if (e && !r)
+        r = e;
+    }
+  return r ? r : lost ? -EIO : 0;
+}
+
+/* ---- extents: the upstream's runs, zero only over whole sectors ------- */
+
+static int
+extent_cb (void *opaque, const char *context, uint64_t offset,
+           uint32_t *entries, size_t nr, int *error)
+{
+  struct s4k_extent_rounder *w = opaque;
+  (void) offset; (void) error;
+  if (strcmp (context, LIBNBD_CONTEXT_BASE_ALLOCATION) != 0)
+    return 0;
+  for (size_t i = 0; i + 1 < nr && !w->stop; i += 2)
+    s4k_extent_round_add (w, entries[i], entries[i + 1] & LIBNBD_STATE_ZERO);
+  return 0;
+}
+
+static int
+nbd_store_extents (struct s4k_store *s, uint64_t len, uint64_t off,
+                   s4k_extent_fn *fn, void *opaque)
+{
+  struct nbd_store *u = (struct nbd_store *) s;
+  if (!u->can_extents)
+    return fn (opaque, off, len, false) < 0 ? -EIO : 0;
+  int r = 0;
+  struct conn *c = get_conn (u, &r);
+  if (!c)
+    return r;
+  struct s4k_extent_rounder w;
+  s4k_extent_round_init (&w, &u->g, off, fn, opaque);
+  const uint64_t end = off + len;
+  while (w.pos < end && !w.stop && r == 0) {
+    uint64_t before = w.pos;
+    uint64_t n = end - w.pos < ZERO_CHUNK ? end - w.pos : ZERO_CHUNK;
+    r = check (u, c, nbd_block_status (c->h, n, w.pos,
+                                       (nbd_extent_callback) {
+                                         .callback = extent_cb,
+                                         .user_data = &w }, 0));
+    if (r == 0 && w.pos <= before)
+      r = -EIO;                 /* the upstream answered nothing */
+  }
+  pthread_mutex_unlock (&c->lock);
+  return r ? r : s4k_extent_round_end (&w, end);
+}
+
+static bool
+nbd_store_can_fast_zero (struct s4k_store *s)
+{
+  struct nbd_store *u = (struct nbd_store *) s;
+  return u->can_zero && u->can_fast_zero;
+}
+
+static bool
+nbd_store_readonly (const struct s4k_store *s)
+{
+  return ((const struct nbd_store *) s)->readonly;
+}
+
+static const char *
+nbd_store_info (const struct s4k_store *s)
+{
+  return ((const struct nbd_store *) s)->info;
+}
+
+static void
+nbd_store_close (struct s4k_store *s)
+{
+  struct nbd_store *u = (struct nbd_store *) s;
+  for (unsigned i = 0; i < u->n; i++) {
+    if (u->conns[i].h) {
+      nbd_shutdown (u->conns[i].h, 0);
+      nbd_close (u->conns[i].h);
+    }
+    pthread_mutex_destroy (&u->conns[i].lock);
+  }
+  free (u->zeroes);
+  free (u->uri);
+  free (u);
+}
+
+static const struct s4k_store_ops nbd_ops = {
+  .name = "upstream",
+  .read = nbd_store_read,
+  .write = nbd_store_write,
+  .zero = nbd_store_zero,
+  .trim = nbd_store_trim,
+  .flush = nbd_store_flush,
+  .extents = nbd_store_extents,
+  .can_fast_zero = nbd_store_can_fast_zero,
+  .readonly = nbd_store_readonly,
+  .info = nbd_store_info,
+  .close = nbd_store_close,
+};
+
+/* Reads what the export offers from the first connection and checks it
+ * against the geometry. */
+static int
+probe (struct nbd_store *u, const struct s4k_config *c, uint64_t *size,
+       char *err, size_t errlen)
+{
+  struct nbd_handle *h = u->conns[0].h;
+  const struct s4k_geometry *g = &c->geom;
+  int64_t esize = nbd_get_size (h);
+  int64_t min = nbd_get_block_size (h, LIBNBD_SIZE_MINIMUM);
+  int64_t max = nbd_get_block_size (h, LIBNBD_SIZE_MAXIMUM);
+
+  if (esize < 0) {
+    snprintf (err, errlen, "upstream=%s: %s", u->uri, nbd_get_error ());
+    return -1;
+  }
+  if (min > 0 && (g->physical % min || g->alignment % min)) {
+    snprintf (err, errlen, "upstream=%s: the export's minimum block size "
+              "%" PRId64 " does not divide physical=%" PRIu32
+              " and alignment-offset=%" PRIu32, u->uri, min, g->physical,
+              g->alignment);
+    return -1;
+  }
+  if (nbd_is_read_only (h) == 1 && !c->readonly) {
+    snprintf (err, errlen, "upstream=%s: the export is read-only; serve "
+              "it read-only (sect4k-server -r)", u->uri);
+    return -1;
+  }
+  if (c->geom.size > (uint64_t) esize) {
+    snprintf (err, errlen, "size=%" PRIu64 ": larger than the upstream "
+              "export (%" PRId64 " bytes at %s)", c->geom.size, esize,
+              u->uri);
+    return -1;
+  }
+  *size = c->geom.size ? c->geom.size
+                       : (uint64_t) esize / g->logical * g->logical;
+  if (*size == 0) {
+    snprintf (err, errlen, "upstream=%s: the export (%" PRId64 " bytes) is "
+              "smaller than one logical sector of %" PRIu32, u->uri, esize,
+              g->logical);
+    return -1;
+  }
+  u->g = *g;
+  u->g.size = *size;
+  u->export_size = esize;
+  /* Requests as large as the upstream takes, in whole minimum blocks. */
+  uint64_t chunk = max > 0 && max < (32 << 20) ? (uint64_t) max : 32u << 20;
+  if (min > 0)
+    chunk = chunk / min * min;
+  u->chunk = chunk ? chunk : (uint64_t) min;
+  u->readonly = c->readonly;
+  u->multi_conn = nbd_can_multi_conn (h) == 1;
+  u->can_flush = nbd_can_flush (h) == 1;
+  u->can_fua = nbd_can_fua (h) == 1;
+  u->can_zero = nbd_can_zero (h) == 1;
+  u->can_fast_zero = nbd_can_fast_zero (h) == 1;
+  u->can_extents =
+    nbd_can_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
+  if (!u->can_zero) {
+    u->zeroes_len = g->physical > (1u << 20) ? g->physical : 1u << 20;
+    if (!(u->zeroes = calloc (1, u->zeroes_len))) {
+      snprintf (err, errlen, "upstream store: out of memory");
+      return -1;
+    }
+  }
+  snprintf (u->info, sizeof u->info, "upstream=%s: %" PRId64 " bytes, %u "
+            "connection(s)%s, flush %s, fua %s, zero %s, extents %s, %s",
+            u->uri, esize, u->n,
+            u->multi_conn ? " (multi-conn)" : " (no multi-conn: flush "
+            "goes to each)",
+            u->can_flush ? "yes" : "no (writes through)",
+            u->can_fua ? "native" : u->can_flush ? "as flush" : "no",
+            u->can_zero ? (u->can_fast_zero ? "fast" : "yes")
+                        : "by writing zeroes",
+            u->can_extents ? "yes" : "no",
+            u->readonly ? "read-only" : "read-write");
+  return 0;
+}
+
+struct s4k_store *
+s4k_nbd_store_new (const struct s4k_config *c, uint64_t *size, char *err,
+                   size_t errlen)
+{
+  struct nbd_store *u = calloc (1, sizeof *u);
+  if (!u || !(u->uri = strdup (c->upstream))) {
+    snprintf (err, errlen, "upstream store: out of memory");
+    free (u);
+    return NULL;
+  }
+  u->base.ops = &nbd_ops;
+  u->n = c->upstream_connections ? c->upstream_connections : 4;
+  if (u->n > MAX_CONNECTIONS)
+    u->n = MAX_CONNECTIONS;
+  for (unsigned i = 0; i < u->n; i++)
+    pthread_mutex_init (&u->conns[i].lock, NULL);
+  /* Every connection now: a bad URI fails at start, not at the first
+   * request. */
+  for (unsigned i = 0; i < u->n; i++)
+    if (!(u->conns[i].h = connect_upstream (u->uri, err, errlen)) ||
+        (i == 0 && probe (u, c, size, err, errlen) == -1)) {
+      nbd_store_close (&u->base);
+      return NULL;
+    }
+  return &u->base;
+}
+
+uint64_t
+s4k_nbd_store_reconnects (const struct s4k_store *s)
+{
+  return atomic_load (&((struct nbd_store *) s)->reconnects);
+}
