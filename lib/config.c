@@ -11,7 +11,8 @@
 #include "sect4k/sect4k.h"
 
 const char s4k_config_help[] =
-  "size=SIZE             Device size (required unless file= exists); the\n"
+  "size=SIZE             Device size (required unless file= exists or\n"
+  "                      upstream= is given); the\n"
   "                      magic key: 'nbdkit sect4k 10G' works too.\n"
   "logical=SIZE          Logical sector size, power of two 512..64K (default 512).\n"
   "physical=SIZE         Physical sector size, power of two, logical..32M\n"

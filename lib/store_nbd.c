@@ -263,7 +263,7 @@ nbd_store_flush (struct s4k_store *s)
       u->conns[i].dirty = false;
       pthread_mutex_unlock (&u->conns[i].lock);
     }
-    struct conn *c = get_conn (u, &r);
+    struct conn *c = dirty ? get_conn (u, &r) : NULL;
     if (c) {
       r = check (u, c, nbd_flush (c->h, 0));
       pthread_mutex_unlock (&c->lock);
