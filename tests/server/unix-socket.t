@@ -33,7 +33,11 @@ stale=$tmpdir/stale.sock
 python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$stale"
 [ -S "$stale" ]
 ok $? "a stale socket exists"
-start_server stale size=16M && [ "$(nbdinfo --size "$uri")" = $((16 << 20)) ]
+# start_server returns as soon as the path is a socket, which the stale
+# one already is: wait until the new server answers on it.
+start_server stale size=16M &&
+  wait_started nbdinfo --can connect "$uri" 2>/dev/null &&
+  [ "$(nbdinfo --size "$uri")" = $((16 << 20)) ]
 ok $? "a server starts on a stale socket and serves"
 grep -q "stale socket" "$tmpdir/stale.log"
 ok $? "... saying it replaced it"
