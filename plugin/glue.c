@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <inttypes.h>
 
+#include <stdatomic.h>
+
 #include "glue.h"
 
 int
-s4k_glue_result (struct s4k_dev *dev, bool *refused_once, int r,
+s4k_glue_result (struct s4k_dev *dev, atomic_bool *refused_once, int r,
                  enum s4k_op op, uint64_t len, uint64_t off)
 {
   if (r == 0)
@@ -16,8 +18,7 @@ s4k_glue_result (struct s4k_dev *dev, bool *refused_once, int r,
   if (r == -EINVAL && s4k_refused (dev, op, len, off)) {
     char msg[256];
     s4k_explain_refusal (dev, op, len, off, msg, sizeof msg);
-    if (!*refused_once) {
-      *refused_once = true;
+    if (!atomic_exchange (refused_once, true)) {
       nbdkit_error ("%s; further refusals on this connection are logged "
                     "as debug messages only", msg);
     }

@@ -4,6 +4,7 @@
 #ifndef S4K_GLUE_H
 #define S4K_GLUE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -11,7 +12,7 @@
 
 /* 0, or -1 with nbdkit's error set (and logged: a strict refusal once per
  * connection, *refused_once remembering it, then as debug messages). */
-int s4k_glue_result (struct s4k_dev *dev, bool *refused_once, int r,
+int s4k_glue_result (struct s4k_dev *dev, atomic_bool *refused_once, int r,
                      enum s4k_op op, uint64_t len, uint64_t off);
 /* NBDKIT_FLAG_... to S4K_FUA, S4K_MAY_TRIM, S4K_FAST_ZERO. */
 unsigned s4k_glue_flags (uint32_t flags);

@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "sect4k/extents.h"
@@ -43,7 +44,7 @@ static char description[256];
 static _Thread_local nbdkit_next *tl_next;
 
 struct handle {
-  bool refused_once;
+  atomic_bool refused_once;     /* atomic: parallel worker threads */
 };
 
 /* ---- the store: the next layer ---------------------------------------- */

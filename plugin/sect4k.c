@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "sect4k/sect4k.h"
@@ -25,8 +26,10 @@ static bool timed;              /* a timing key was given: set once */
 struct handle {
   struct s4k_dev *dev;          /* the export the client named */
   const char *description;
-  bool refused_once;            /* strict refusals are logged once */
-  bool cut_logged;
+  /* Logged once a connection; atomic: nbdkit's worker threads serve one
+   * connection's requests in parallel. */
+  atomic_bool refused_once;     /* strict refusals are logged once */
+  atomic_bool cut_logged;
   unsigned epoch;               /* power cuts before the connection opened */
 };
 
@@ -186,8 +189,7 @@ cut_off (struct handle *h)
   s4k_fault_epoch (h->epoch);
   if (h->epoch == s4k_dev_power_cuts (h->dev))
     return false;
-  if (!h->cut_logged) {
-    h->cut_logged = true;
+  if (!atomic_exchange (&h->cut_logged, true)) {
     nbdkit_error ("power cut: this connection was opened before it; every "
                   "request on it fails with EIO, reconnect");
   }
