@@ -2,7 +2,7 @@
  * one thread, one client at a time.  The protocol is lines: a command,
  * then the answer's lines and a last line "ok", or one line
  * "error: WHY".  Commands:
- *   power-cut [torn=none|sector|unreadable]   the report (JSON)
+ *   power-cut [torn=none|sector|unreadable|garbage|zero]   the report (JSON)
  *   bad add|remove LBA[-LBA][,...]
  *   bad list                                  one "FIRST-LAST" per run
  *   stats                                     the statistics JSON
@@ -120,7 +120,7 @@ command (struct control *c, char *line, FILE *out, char *err, size_t errlen)
   if (strcmp (words[0], "power-cut") == 0) {
     int torn = -1;
     if (n > 2 || (n == 2 && strncmp (words[1], "torn=", 5) != 0)) {
-      snprintf (err, errlen, "usage: power-cut [torn=none|sector|unreadable]");
+      snprintf (err, errlen, "usage: power-cut [torn=none|sector|unreadable|garbage|zero]");
       return -1;
     }
     if (n == 2) {

@@ -11,8 +11,12 @@
  *   and trim are written through at once (a drive may make anything
  *   durable early).
  * - Power cut: every dirty sector (and the write that triggered the cut)
- *   gets an outcome from a seeded PRNG: kept, reverted, torn (a mix of
- *   old and new logical sectors) or, with torn=unreadable, torn and bad.
+ *   gets an outcome from a seeded PRNG: kept, reverted, or the policy's
+ *   interrupted write: torn (a mix of old and new logical sectors), torn
+ *   and bad (unreadable), garbage (the new image up to a random byte,
+ *   random bytes after it) or zeroed.  After a drive's RMW a neighbour's
+ *   old and new bytes are equal, so only the last two lose neighbours
+ *   without an error.
  *
  * One mutex serializes the layer: the engine already holds the sector
  * locks, and the layer exists only for tests.  Without fault keys the
@@ -320,7 +324,8 @@ clear_bad (struct s4k_fault *f, uint64_t len, uint64_t off)
 
 /* ---- power cut --------------------------------------------------------- */
 
-static const char *const torn_names[] = { "none", "sector", "unreadable" };
+static const char *const torn_names[] =
+  { "none", "sector", "unreadable", "garbage", "zero" };
 
 /* Gives every dirty sector its outcome, oldest first, and reports it.
  * Called with the mutex held. */
@@ -334,9 +339,10 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
   FILE *fp = open_memstream (&rep, &replen);
   char *old = malloc (f->g.physical);
   int r = 0;
-  unsigned counts[4] = { 0 };
-  static const char *const outcome_names[] =
-    { "kept", "reverted", "torn", "unreadable" };
+  enum { KEPT, REVERTED, TORN, UNREADABLE, GARBAGE, ZEROED, OUTCOMES };
+  unsigned counts[OUTCOMES] = { 0 };
+  static const char *const outcome_names[OUTCOMES] =
+    { "kept", "reverted", "torn", "unreadable", "garbage", "zeroed" };
 
   if (!fp || !old) {
     if (fp)
@@ -358,12 +364,19 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
     uint64_t s, end;
     s4k_sector_range (&f->g, e->k, &s, &end);
     const unsigned lbas = (end - s) / L;
-    /* 0 kept, 1 reverted, 2 torn (needs two logical sectors), 3 torn
-     * and unreadable. */
-    unsigned o = torn == S4K_TORN_NONE ? 1
-                 : prng_below (f, lbas > 1 ? 3 : 2);
+    /* Torn needs two logical sectors; garbage and zeroed do not. */
+    unsigned o = torn == S4K_TORN_NONE ? REVERTED
+                 : prng_below (f, lbas > 1 || torn >= S4K_TORN_GARBAGE
+                                  ? 3 : 2);
     uint64_t mask = 0;                  /* bit i: logical sector i is new */
-    if (o == 2) {
+    uint64_t stop = 0;                  /* garbage: the first random byte */
+    if (o == TORN && torn == S4K_TORN_GARBAGE) {
+      o = GARBAGE;
+      stop = prng_next (f) % (end - s);
+    }
+    else if (o == TORN && torn == S4K_TORN_ZERO)
+      o = ZEROED;
+    else if (o == TORN) {
       /* A mix: at least one old and one new logical sector. */
       for (unsigned i = 0; i < lbas && i < 64; i++)
         mask |= (prng_next (f) >> 63) << i;
@@ -372,13 +385,16 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
         mask ^= 1ULL << prng_below (f, lbas < 64 ? lbas : 64);
       mask &= all;
       if (torn == S4K_TORN_UNREADABLE)
-        o = 3;
+        o = UNREADABLE;
     }
     fprintf (fp, "%s\n  {\"sector\": %" PRIu64 ", \"lba\": %" PRIu64
              ", \"lbas\": %u, \"outcome\": \"%s\"", sep, e->k, s / L, lbas,
              outcome_names[o]);
     sep = ",";
-    if (o >= 2) {
+    if (o == GARBAGE)
+      fprintf (fp, ", \"garbage_from\": %" PRIu64 ", \"garbage_lba\": %"
+               PRIu64, s + stop, (s + stop) / L);
+    if (o == TORN || o == UNREADABLE) {
       fprintf (fp, ", \"new_lbas\": [");
       const char *sep2 = "";
       for (unsigned i = 0; i < lbas; i++)
@@ -390,31 +406,45 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
     }
     fprintf (fp, "}");
     counts[o]++;
-    if (o >= 2) {
+    const struct s4k_io io = { old, end - s, s };
+    if (o == TORN || o == UNREADABLE) {
       /* Logical sectors beyond 64 keep their old contents. */
-      const struct s4k_io io = { old, end - s, s };
       if ((r = f->inner->ops->read (f->inner, &io, 1)) == 0) {
         for (unsigned i = 0; i < lbas && i < 64; i++)
           if (mask >> i & 1)
             memcpy (old + (uint64_t) i * L, e->data + (uint64_t) i * L, L);
         r = f->inner->ops->write (f->inner, &io, 1, false);
       }
-      if (r == 0 && o == 3)
+      if (r == 0 && o == UNREADABLE)
         r = bad_add (&f->bad, e->k, e->k);
     }
-    if (o == 0) {
-      r = destage (f, e);
-      if (r == 0 && f->bad.n)
-        r = bad_remove (&f->bad, e->k, e->k) < 0 ? -ENOMEM : 0;
+    else if (o == GARBAGE || o == ZEROED) {
+      /* What the interrupted write left, read back without an error. */
+      if (o == GARBAGE) {
+        memcpy (old, e->data, stop);
+        for (uint64_t i = stop; i < end - s; i += 8) {
+          const uint64_t x = prng_next (f);
+          memcpy (old + i, &x, end - s - i < 8 ? end - s - i : 8);
+        }
+      }
+      else
+        memset (old, 0, end - s);
+      r = f->inner->ops->write (f->inner, &io, 1, false);
     }
+    if (o == KEPT)
+      r = destage (f, e);
     else
       drop (f, e);
+    /* Written whole, and it reads back without an error. */
+    if (r == 0 && f->bad.n && (o == KEPT || o == GARBAGE || o == ZEROED))
+      r = bad_remove (&f->bad, e->k, e->k) < 0 ? -ENOMEM : 0;
     if (r)
       break;
   }
-  fprintf (fp, "\n ],\n \"outcomes\": {\"kept\": %u, \"reverted\": %u, "
-           "\"torn\": %u, \"unreadable\": %u}}\n", counts[0], counts[1], counts[2],
-           counts[3]);
+  fprintf (fp, "\n ],\n \"outcomes\": {");
+  for (unsigned i = 0; i < OUTCOMES; i++)
+    fprintf (fp, "%s\"%s\": %u", i ? ", " : "", outcome_names[i], counts[i]);
+  fprintf (fp, "}}\n");
   /* Whatever failed, the power is off: nothing unflushed survives. */
   while (f->oldest)
     drop (f, f->oldest);

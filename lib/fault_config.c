@@ -88,9 +88,13 @@ s4k_fault_config_set (struct s4k_fault_config *f, const char *key,
       f->torn = S4K_TORN_SECTOR;
     else if (strcmp (value, "unreadable") == 0)
       f->torn = S4K_TORN_UNREADABLE;
+    else if (strcmp (value, "garbage") == 0)
+      f->torn = S4K_TORN_GARBAGE;
+    else if (strcmp (value, "zero") == 0)
+      f->torn = S4K_TORN_ZERO;
     else {
-      snprintf (err, errlen, "torn=%s: must be none, sector or unreadable",
-                value);
+      snprintf (err, errlen, "torn=%s: must be none, sector, unreadable, "
+                "garbage or zero", value);
       return -1;
     }
     f->have_torn = true;

@@ -102,7 +102,8 @@ struct s4k_timing_cost {
 
 /* Fault keys (write-cache=, power-cut-after=, torn=, seed=, cut-report=,
  * bad-sectors=, control=): parsed by lib/fault_config.c. */
-enum s4k_torn { S4K_TORN_NONE, S4K_TORN_SECTOR, S4K_TORN_UNREADABLE };
+enum s4k_torn { S4K_TORN_NONE, S4K_TORN_SECTOR, S4K_TORN_UNREADABLE,
+                S4K_TORN_GARBAGE, S4K_TORN_ZERO };
 struct s4k_fault_config {
   bool on;                    /* some key asks for the fault layer */
   bool write_cache;
@@ -174,8 +175,8 @@ int s4k_parse_lba_list (const char *str,
   "write-cache-size=SIZE Volatile data at most (default 64M); the oldest\n" \
   "                      dirty physical sectors are destaged beyond it.\n"  \
   "power-cut-after=N     Cut the power at the Nth write reaching the store.\n" \
-  "torn=none|sector|unreadable  What a cut does to unflushed physical\n"    \
-  "                      sectors (default sector).\n"                       \
+  "torn=none|sector|unreadable|garbage|zero  What a cut does to unflushed\n" \
+  "                      physical sectors (default sector).\n"              \
   "seed=N                Seed of the cut outcomes (default: from the clock,\n" \
   "                      written in the report).\n"                         \
   "cut-report=PATH       Write a JSON report of each power cut.\n"          \

@@ -1,7 +1,8 @@
 /* The fault layer (issue 11) on every model: bad sectors, the write
  * cache, and power cuts whose outcomes, over many seeds, are exactly
  * those the torn= policy allows, on exactly the physical sector at
- * risk. */
+ * risk: neighbours of the written LBA are hurt only by torn=unreadable,
+ * garbage and zero, and nothing outside that sector ever is. */
 #include <errno.h>
 #include <string.h>
 
@@ -184,41 +185,72 @@ json_after (const char *s, const char *key)
   return s ? s + strlen (k) : NULL;
 }
 
+static const char *const outcome_names[] = {
+  "kept", "reverted", "torn", "unreadable", "garbage", "zeroed"
+};
+enum { KEPT, REVERTED, TORN, UNREADABLE, GARBAGE, ZEROED, OUTCOMES };
+
+static int
+torn_value (const char *torn)
+{
+  static const char *const t[] = { "none", "sector", "unreadable",
+                                   "garbage", "zero" };
+  for (int i = 0; i < 5; i++)
+    if (strcmp (torn, t[i]) == 0)
+      return i;
+  bail ("torn=%s?", torn);
+  return -1;
+}
+
+/* A device with flushed data (fill 0) and one unflushed write of 0xa5 to
+ * m->lba, cut under torn: *rep is the report. */
+static struct s4k_dev *
+cut_dev (const struct model *m, unsigned seed, const char *torn, char **rep)
+{
+  char seedkv[32];
+  const char *extra[] = { "write-cache=true", seedkv,
+                          "power-cut-after=1000000000", NULL };
+  snprintf (seedkv, sizeof seedkv, "seed=%u", seed);
+  struct s4k_dev *d = open_dev (m, extra);
+  const uint32_t L = s4k_dev_geometry (d)->logical;
+  static char buf[65536];
+  fill (d, 0);
+  memset (buf, 0xa5, L);
+  if (s4k_write (d, buf, L, m->lba * L, 0))
+    bail ("write failed");
+  if (s4k_dev_power_cut (d, torn_value (torn), rep) || !*rep)
+    bail ("power cut failed");
+  return d;
+}
+
+/* Byte k of LBA i as the written image has it (the fill, or 0xa5). */
+static unsigned char
+new_byte (const struct model *m, uint64_t i)
+{
+  return i == m->lba ? 0xa5 : (unsigned char) i;
+}
+
 static void
 test_cut (const struct model *m, const char *torn)
 {
-  const char *extra[] = { "write-cache=true", NULL,
-                          "power-cut-after=1000000000", NULL };
-  char seedkv[32];
-  extra[1] = seedkv;
   uint64_t first, count, changed_lo = UINT64_MAX, changed_hi = 0;
-  unsigned seen[4] = { 0 }, wrong = 0, nseeds = 150;
-  bool outside = false;
-  static const char *const names[] = { "kept", "reverted", "torn",
-                                       "unreadable" };
+  unsigned seen[OUTCOMES] = { 0 }, wrong = 0, nseeds = 150;
+  unsigned nbr_hit = 0;         /* seeds that changed a neighbour */
+  bool outside = false, replayed = false;
 
   for (unsigned seed = 1; seed <= nseeds; seed++) {
-    snprintf (seedkv, sizeof seedkv, "seed=%u", seed);
-    struct s4k_dev *d = open_dev (m, extra);
+    char *rep;
+    struct s4k_dev *d = cut_dev (m, seed, torn, &rep);
     const uint32_t L = s4k_dev_geometry (d)->logical;
     static char buf[65536];
     sector_lbas (d, m->lba, &first, &count);
-    fill (d, 0);
-    memset (buf, 0xa5, L);
-    if (s4k_write (d, buf, L, m->lba * L, 0))
-      bail ("write failed");
-    char *rep;
-    int t = strcmp (torn, "none") == 0 ? S4K_TORN_NONE
-            : strcmp (torn, "sector") == 0 ? S4K_TORN_SECTOR
-            : S4K_TORN_UNREADABLE;
-    if (s4k_dev_power_cut (d, t, &rep) || !rep)
-      bail ("power cut failed");
     /* One sector at risk, the right one. */
     const char *o = json_after (rep, "outcome"), *lba = json_after (rep, "lba"),
                *lbas = json_after (rep, "lbas");
     int out = -1;
-    for (int i = 0; o && i < 4; i++)
-      if (strncmp (o + 1, names[i], strlen (names[i])) == 0)
+    for (int i = 0; o && i < OUTCOMES; i++)
+      if (strncmp (o + 1, outcome_names[i], strlen (outcome_names[i])) == 0 &&
+          o[1 + strlen (outcome_names[i])] == '"')
         out = i;
     if (out < 0 || !lba || strtoull (lba, NULL, 10) != first ||
         strtoull (lbas, NULL, 10) != count || json_after (o, "outcome")) {
@@ -229,6 +261,15 @@ test_cut (const struct model *m, const char *torn)
       continue;
     }
     seen[out]++;
+    const char *gf = json_after (rep, "garbage_from"),
+               *gl = json_after (rep, "garbage_lba");
+    const uint64_t gfrom = gf ? strtoull (gf, NULL, 10) : 0,
+                   glba = gl ? strtoull (gl, NULL, 10) : 0;
+    if (out == GARBAGE && (!gf || !gl || glba != gfrom / L ||
+                           glba < first || glba >= first + count) &&
+        !wrong++)
+      diag ("seed %u: garbage_from/garbage_lba: %s", seed, rep);
+    bool nbr = false;
     /* What the LBAs hold agrees with the outcome. */
     for (uint64_t i = 0; i < SIZE / L; i++) {
       int st = lba_state (d, i, 0);
@@ -242,16 +283,15 @@ test_cut (const struct model *m, const char *torn)
       }
       if (st) {
         outside |= !in;
+        nbr |= in && i != m->lba;
         changed_lo = i < changed_lo ? i : changed_lo;
         changed_hi = i > changed_hi ? i : changed_hi;
       }
       switch (out) {
-      case 0: okay = i == m->lba ? st == 3 : st == 0; break;
-      case 1: okay = st == 0; break;
-      case 2: {
+      case KEPT: okay = i == m->lba ? st == 3 : st == 0; break;
+      case REVERTED: okay = st == 0; break;
+      case TORN: {
         /* A mix: the written LBA is new iff the report says so. */
-        char w[32];
-        snprintf (w, sizeof w, "%" PRIu64, i);
         const char *nl = json_after (rep, "new_lbas");
         bool isnew = false;
         for (const char *p = nl; p && *p && *p != ']'; ) {
@@ -263,36 +303,97 @@ test_cut (const struct model *m, const char *torn)
         okay = i == m->lba ? st == (isnew ? 3 : 0) : st == 0;
         break;
       }
-      default: okay = in ? st == 2 : st == 0; break;
+      case UNREADABLE: okay = in ? st == 2 : st == 0; break;
+      case GARBAGE:
+        if (!in || i < glba)
+          okay = i == m->lba ? st == 3 : st == 0;
+        else {
+          /* The new image up to garbage_from, garbage after it: an LBA
+           * wholly after it differs from the image (a part of one may
+           * match by chance). */
+          okay = s4k_read (d, buf, L, i * L) == 0;
+          for (uint64_t k = 0; okay && i * L + k < gfrom; k++)
+            okay = (unsigned char) buf[k] == new_byte (m, i);
+          if (okay && gfrom <= i * L) {
+            bool same = true;
+            for (uint64_t k = 0; k < L; k++)
+              same &= (unsigned char) buf[k] == new_byte (m, i);
+            okay = !same;
+          }
+        }
+        break;
+      default:                  /* ZEROED */
+        okay = !in ? st == 0 : s4k_read (d, buf, L, i * L) == 0;
+        for (uint64_t k = 0; in && okay && k < L; k++)
+          okay = buf[k] == 0;
+        break;
       }
       if (!okay && !wrong++)
         diag ("seed %u: LBA %" PRIu64 " state %d after outcome %s: %s", seed,
-              i, st, names[out], rep);
+              i, st, outcome_names[out], rep);
+    }
+    nbr_hit += nbr;
+    if (out == GARBAGE && !replayed) {
+      /* Seeded: the same seed and requests leave the same bytes. */
+      static char img[2][SIZE];
+      char *rep2;
+      struct s4k_dev *d2 = cut_dev (m, seed, torn, &rep2);
+      ok (s4k_read (d, img[0], SIZE, 0) == 0 &&
+          s4k_read (d2, img[1], SIZE, 0) == 0 &&
+          memcmp (img[0], img[1], SIZE) == 0 && strcmp (rep, rep2) == 0,
+          "%s torn=%s: seed %u again: the same garbage, the same report",
+          m->name, torn, seed);
+      free (rep2);
+      s4k_dev_close (d2);
+      replayed = true;
     }
     free (rep);
     s4k_dev_close (d);
   }
   ok (!wrong, "%s torn=%s: every LBA agrees with its sector's reported "
       "outcome over %u seeds", m->name, torn, nseeds);
-  ok (!outside, "%s torn=%s: no LBA outside the physical sector changed",
-      m->name, torn);
+  ok (!outside, "%s torn=%s: no LBA outside the physical sector changed "
+      "(the flushed data there survived every cut)", m->name, torn);
   const bool tearable = count > 1;
-  bool allowed;
-  if (strcmp (torn, "none") == 0)
-    allowed = seen[1] == nseeds;
-  else if (strcmp (torn, "sector") == 0)
-    allowed = seen[0] && seen[1] && (tearable ? seen[2] > 0 : !seen[2]) &&
-              !seen[3];
-  else
-    allowed = seen[0] && seen[1] && !seen[2] &&
-              (tearable ? seen[3] > 0 : !seen[3]);
+  unsigned third;               /* the policy's interrupted write */
+  switch (torn_value (torn)) {
+  case S4K_TORN_NONE: third = OUTCOMES; break;
+  case S4K_TORN_SECTOR: third = tearable ? TORN : OUTCOMES; break;
+  case S4K_TORN_UNREADABLE: third = tearable ? UNREADABLE : OUTCOMES; break;
+  case S4K_TORN_GARBAGE: third = GARBAGE; break;
+  default: third = ZEROED; break;
+  }
+  bool allowed = true;
+  for (unsigned i = 0; i < OUTCOMES; i++)
+    if (i == REVERTED)
+      allowed &= seen[i] > 0;
+    else if (third == OUTCOMES && i == KEPT)
+      allowed &= strcmp (torn, "none") == 0 ? !seen[i] : seen[i] > 0;
+    else
+      allowed &= (i == KEPT || i == third) ? seen[i] > 0 : !seen[i];
   ok (allowed, "%s torn=%s: outcomes kept %u, reverted %u, torn %u, "
-      "unreadable %u: those the policy allows, each seen", m->name, torn,
-      seen[0], seen[1], seen[2], seen[3]);
-  if (strcmp (torn, "unreadable") == 0 && tearable)
+      "unreadable %u, garbage %u, zeroed %u: those the policy allows, each "
+      "seen", m->name, torn, seen[0], seen[1], seen[2], seen[3], seen[4],
+      seen[5]);
+  /* Neighbours: never hurt by none or sector (after a drive RMW their
+   * old and new bytes are equal); unreadable, garbage and zero can. */
+  const bool hurts = tearable && (third == UNREADABLE || third == GARBAGE ||
+                                  third == ZEROED);
+  ok (hurts ? nbr_hit > 0 : nbr_hit == 0, "%s torn=%s: the neighbours of "
+      "the written LBA in its physical sector were changed after %u of %u "
+      "cuts%s", m->name, torn, nbr_hit, nseeds,
+      hurts ? " (some must be)" : " (none may be)");
+  if (third == UNREADABLE || third == ZEROED)
     ok (changed_lo == first && changed_hi == first + count - 1,
-        "%s: the LBAs ever changed are exactly the physical sector's "
-        "(%" PRIu64 "-%" PRIu64 ")", m->name, first, first + count - 1);
+        "%s torn=%s: the LBAs ever changed are exactly the physical "
+        "sector's (%" PRIu64 "-%" PRIu64 ")", m->name, torn, first,
+        first + count - 1);
+  else if (third == GARBAGE)
+    ok (changed_lo >= first && changed_hi == first + count - 1,
+        "%s torn=%s: the LBAs ever changed are in the physical sector, "
+        "up to its last (%" PRIu64 "-%" PRIu64 " of %" PRIu64 "-%" PRIu64
+        ")", m->name, torn, changed_lo, changed_hi, first,
+        first + count - 1);
   else if (strcmp (torn, "none") != 0)
     ok (changed_lo == m->lba && changed_hi == m->lba,
         "%s torn=%s: the LBAs ever changed are exactly the written one",
@@ -383,6 +484,8 @@ main (void)
     test_cut (&models[i], "none");
     test_cut (&models[i], "sector");
     test_cut (&models[i], "unreadable");
+    test_cut (&models[i], "garbage");
+    test_cut (&models[i], "zero");
     test_cache (&models[i]);
     test_after (&models[i]);
   }
