@@ -7,17 +7,15 @@ pending.  A server with one request in flight per connection answers
 them only after the flush.  Then NBD_CMD_DISC and SIGTERM arriving with
 many requests in flight: each of them is answered first."""
 import os
-import shutil
 import socket
 import struct
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, skip_all, done_testing, need_nbd  # noqa: E402
+from tap import ok, diag, done_testing, need_nbd  # noqa: E402
 import srvlib  # noqa: E402
-from srvlib import Server, greet, go, request, recv_exact  # noqa: E402
+from srvlib import greet, go, request, recv_exact  # noqa: E402
 
 nbd = need_nbd()
 srvlib.need_server()
@@ -25,12 +23,7 @@ srvlib.need_server()
 SIZE = 128 << 20
 CHUNK = 4 << 20
 
-img_dir = tempfile.mkdtemp(prefix="sect4k-qd.")
-with Server("size=%d" % SIZE, "model=512e",
-            "file=" + os.path.join(img_dir, "disk.img"),
-            options=["--threads", "1"]) as srv:
-    if "io_uring" not in srv.log():
-        skip_all("the file store runs without io_uring here: %s" % srv.log().strip())
+with srvlib.flush_server(SIZE) as srv:
     h = nbd.NBD()
     h.connect_uri(srv.uri)
 
@@ -89,5 +82,4 @@ with Server("size=%d" % SIZE, "model=512e",
     ok(st == 0, "server exited cleanly (%s)" % st)
     if st:
         diag(srv.log())
-shutil.rmtree(img_dir)
 done_testing()

@@ -47,12 +47,15 @@ def parse_size(v):
 
 
 class Server(ServerProcess):
-    """sect4k-server on a Unix socket (or TCP with tcp=True)."""
+    """sect4k-server on a Unix socket (or TCP with tcp=True); with
+    file_store=True (or SECT4K_STORE=file) and no file=, on a file of the
+    size= asked for in its own directory."""
 
-    def __init__(self, *args, options=(), tcp=False, wait=True):
+    def __init__(self, *args, options=(), tcp=False, wait=True,
+                 file_store=False):
         self.dir = tempfile.mkdtemp(prefix="sect4k-srv.")
         sizes = [a[5:] for a in args if a.startswith("size=")]
-        if STORE == "file" and sizes and \
+        if (file_store or STORE == "file") and sizes and \
                 not any(a.startswith("file=") for a in args):
             img = os.path.join(self.dir, "disk.img")
             with open(img, "wb") as f:          # -r needs it to exist
@@ -93,6 +96,20 @@ class Server(ServerProcess):
             s.connect(self.sock)
         s.settimeout(20)
         return s
+
+
+def flush_server(size):
+    """sect4k-server on a file store of size bytes, with one loop thread:
+    for the tests where a flush of many dirty pages (an fdatasync that
+    takes a while) overlaps other requests.  Skips the whole test when
+    the file store runs without io_uring here."""
+    srv = Server("size=%d" % size, "model=512e", file_store=True,
+                 options=["--threads", "1"])
+    if "io_uring" not in srv.log():
+        log = srv.log().strip()
+        srv.__exit__()
+        skip_all("the file store runs without io_uring here: %s" % log)
+    return srv
 
 
 def free_port():
