@@ -217,6 +217,22 @@ def wait_any(handles, timeout):
             h.aio_notify_write()
 
 
+def serves(srv):
+    """A new client gets through the handshake and a 512-byte read."""
+    s = srv.connect_raw()
+    try:
+        greet(s)
+        if go(s)[-1][0] != 1:
+            return False
+        request(s, 0, 0, 512, cookie=77)
+        magic, err, cookie = struct.unpack(">IIQ", recv_exact(s, 16))
+        return err == 0 and cookie == 77 and len(recv_exact(s, 512)) == 512
+    except (OSError, EOFError, AssertionError):
+        return False
+    finally:
+        s.close()
+
+
 def check_reads_during_flush(writer, reader, size, chunk, name):
     """The non-blocking proof: writer dirties size bytes and flushes them
     (an fdatasync that takes a while); reader's 4 KiB reads, sent after
