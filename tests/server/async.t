@@ -16,22 +16,19 @@ import srvlib  # noqa: E402
 nbd = need_nbd()
 srvlib.need_server()
 
-SIZE = 128 << 20
-CHUNK = 4 << 20
-
-with srvlib.flush_server(SIZE) as srv:
+with srvlib.flush_server() as srv:
     a, b = nbd.NBD(), nbd.NBD()
     a.connect_uri(srv.uri)
     b.connect_uri(srv.uri)
 
     srvlib.check_reads_during_flush(
-        a, b, SIZE, CHUNK, "B's reads were answered while A's flush was "
+        a, b, "B's reads were answered while A's flush was "
         "pending")
     b.shutdown()
 
     # SIGTERM while A's flush is in flight: the flush finishes, its reply
     # is sent, then the server exits.
-    srvlib.dirty(a, SIZE, CHUNK)
+    srvlib.dirty(a)
     cookie = a.aio_flush()
     time.sleep(0.01)
     st = srv.stop()

@@ -20,20 +20,17 @@ from srvlib import greet, go, request, recv_exact  # noqa: E402
 nbd = need_nbd()
 srvlib.need_server()
 
-SIZE = 128 << 20
-CHUNK = 4 << 20
-
-with srvlib.flush_server(SIZE) as srv:
+with srvlib.flush_server() as srv:
     h = nbd.NBD()
     h.connect_uri(srv.uri)
 
     srvlib.check_reads_during_flush(
-        h, h, SIZE, CHUNK, "reads answered while a flush of the same "
+        h, h, "reads answered while a flush of the same "
         "connection was pending")
 
     # NBD_CMD_DISC right behind a flush and 15 reads: all 16 are answered,
     # then the server closes.
-    srvlib.dirty(h, SIZE, CHUNK)
+    srvlib.dirty(h)
     s = srv.connect_raw()
     greet(s)
     go(s)
@@ -63,7 +60,7 @@ with srvlib.flush_server(SIZE) as srv:
 
     # SIGTERM with a flush and 15 reads in flight on one connection: each
     # is answered, then the server exits cleanly.
-    srvlib.dirty(h, SIZE, CHUNK)
+    srvlib.dirty(h)
     rbufs = [nbd.Buffer(4096) for _ in range(15)]
     cookies = [h.aio_flush()] + [h.aio_pread(b, i << 20)
                                  for i, b in enumerate(rbufs)]

@@ -98,12 +98,18 @@ class Server(ServerProcess):
         return s
 
 
-def flush_server(size):
-    """sect4k-server on a file store of size bytes, with one loop thread:
-    for the tests where a flush of many dirty pages (an fdatasync that
-    takes a while) overlaps other requests.  Skips the whole test when
-    the file store runs without io_uring here."""
-    srv = Server("size=%d" % size, "model=512e", file_store=True,
+# The flush tests' device: dirtying all of it (FLUSH_CHUNK at a time)
+# makes its flush, an fdatasync, take a while.
+FLUSH_SIZE = 128 << 20
+FLUSH_CHUNK = 4 << 20
+
+
+def flush_server():
+    """sect4k-server on a file store of FLUSH_SIZE bytes, with one loop
+    thread: for the tests where a flush of many dirty pages overlaps
+    other requests.  Skips the whole test when the file store runs
+    without io_uring here."""
+    srv = Server("size=%d" % FLUSH_SIZE, "model=512e", file_store=True,
                  options=["--threads", "1"])
     if "io_uring" not in srv.log():
         log = srv.log().strip()
@@ -185,7 +191,7 @@ def closed(s, timeout=5):
         return False
 
 
-def dirty(h, size, chunk):
+def dirty(h, size=FLUSH_SIZE, chunk=FLUSH_CHUNK):
     """Writes size bytes through h, chunk at a time: dirty pages in the
     file store's page cache, not yet on disk."""
     import nbd
@@ -233,7 +239,8 @@ def serves(srv):
         s.close()
 
 
-def check_reads_during_flush(writer, reader, size, chunk, name):
+def check_reads_during_flush(writer, reader, name, size=FLUSH_SIZE,
+                             chunk=FLUSH_CHUNK):
     """The non-blocking proof: writer dirties size bytes and flushes them
     (an fdatasync that takes a while); reader's 4 KiB reads, sent after
     the flush, must be answered while it is still pending.  A server that
