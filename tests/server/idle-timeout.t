@@ -34,7 +34,7 @@ with Server("size=16M", options=["--max-connections", "2",
     ok(all(closed(s, timeout=30) for s in socks),
        "idle connections are closed after --idle-timeout")
     diag("closed after %.1f s" % (time.monotonic() - t))
-    ok(serves(srv), "then a new client is served")
+    ok(serves(srv, within=10), "then a new client is served")
     ok("--idle-timeout" in srv.log(), "the closing is logged")
 
 with Server("size=16M", options=["--max-connections", "2"]) as srv:

@@ -223,20 +223,29 @@ def wait_any(handles, timeout):
             h.aio_notify_write()
 
 
-def serves(srv):
-    """A new client gets through the handshake and a 512-byte read."""
-    s = srv.connect_raw()
-    try:
-        greet(s)
-        if go(s)[-1][0] != 1:
+def serves(srv, within=0):
+    """A new client gets through the handshake and a 512-byte read, at
+    once or, trying again, within that many seconds (connections the
+    clients have seen closed count against --max-connections until the
+    server has freed them)."""
+    deadline = time.monotonic() + within
+    while True:
+        s = srv.connect_raw()
+        try:
+            greet(s)
+            if go(s)[-1][0] == 1:
+                request(s, 0, 0, 512, cookie=77)
+                magic, err, cookie = struct.unpack(">IIQ", recv_exact(s, 16))
+                if err == 0 and cookie == 77 and \
+                        len(recv_exact(s, 512)) == 512:
+                    return True
+        except (OSError, EOFError, AssertionError):
+            pass
+        finally:
+            s.close()
+        if time.monotonic() >= deadline:
             return False
-        request(s, 0, 0, 512, cookie=77)
-        magic, err, cookie = struct.unpack(">IIQ", recv_exact(s, 16))
-        return err == 0 and cookie == 77 and len(recv_exact(s, 512)) == 512
-    except (OSError, EOFError, AssertionError):
-        return False
-    finally:
-        s.close()
+        time.sleep(0.1)
 
 
 def check_reads_during_flush(writer, reader, name, size=FLUSH_SIZE,
