@@ -208,6 +208,22 @@ answer (struct control *c, int fd, char *line)
   return ok;
 }
 
+/* Waits until fd has input: false once the device closes (c->stop
+ * readable) or poll fails. */
+static bool
+wait_input (struct control *c, int fd)
+{
+  for (;;) {
+    struct pollfd p[2] = { { fd, POLLIN, 0 }, { c->stop[0], POLLIN, 0 } };
+    if (poll (p, 2, -1) == -1) {
+      if (errno == EINTR)
+        continue;
+      return false;
+    }
+    return !p[1].revents;
+  }
+}
+
 /* Serves one client until it goes, or the device closes. */
 static void
 serve (struct control *c, int fd)
@@ -215,15 +231,7 @@ serve (struct control *c, int fd)
   char line[LINE_MAX_LEN + 1];
   size_t have = 0;
   bool skipping = false;        /* the rest of a line too long */
-  for (;;) {
-    struct pollfd p[2] = { { fd, POLLIN, 0 }, { c->stop[0], POLLIN, 0 } };
-    if (poll (p, 2, -1) == -1) {
-      if (errno == EINTR)
-        continue;
-      return;
-    }
-    if (p[1].revents)
-      return;
+  while (wait_input (c, fd)) {
     ssize_t r = recv (fd, line + have, LINE_MAX_LEN - have, 0);
     if (r == -1 && errno == EINTR)
       continue;
@@ -254,15 +262,7 @@ static void *
 control_thread (void *arg)
 {
   struct control *c = arg;
-  for (;;) {
-    struct pollfd p[2] = { { c->fd, POLLIN, 0 }, { c->stop[0], POLLIN, 0 } };
-    if (poll (p, 2, -1) == -1) {
-      if (errno == EINTR)
-        continue;
-      break;
-    }
-    if (p[1].revents)
-      break;
+  while (wait_input (c, c->fd)) {
     int fd = accept4 (c->fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd == -1)
       continue;

@@ -78,15 +78,7 @@ void
 s4k_loop_timeout (struct s4k_loop *loop, struct s4k_completion *c,
                   struct __kernel_timespec *at)
 {
-  struct io_uring_sqe *sqe = io_uring_get_sqe (loop->ring);
-  if (!sqe) {
-    io_uring_submit (loop->ring);       /* empties the submission queue */
-    sqe = io_uring_get_sqe (loop->ring);
-  }
-  if (!sqe) {
-    fputs ("sect4k: io_uring submission queue full\n", stderr);
-    abort ();
-  }
+  struct io_uring_sqe *sqe = s4k_ring_sqe (loop->ring);
   /* count 0: a pure timer, on CLOCK_MONOTONIC (the ring's default). */
   io_uring_prep_timeout (sqe, at, 0, IORING_TIMEOUT_ABS);
   io_uring_sqe_set_data (sqe, c);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,12 +26,16 @@
 #define RING_ENTRIES 256
 #define TICK_MS 100                 /* timeout checks */
 /* Shutdown: connections take requests (answered with ESHUTDOWN) until
- * QUIET_MS pass without traffic or STOP_ANSWER_MS after the signal;
- * then, their replies sent, the server half-closes and reads what the
- * client still sends until it closes or is quiet as long, so that a
- * client mid-send reads every reply instead of getting EPIPE. */
+ * QUIET_MS pass without traffic, or until what the client had sent
+ * before the signal is read and QUIET_MS have passed since (a client
+ * that keeps sending is told ESHUTDOWN and must disconnect: it is not
+ * waited for), or STOP_ANSWER_MS after the signal; then, their replies
+ * sent, the server half-closes and reads what the client still sends
+ * until it closes, is quiet as long, or DRAIN_MS pass, so that a client
+ * mid-send reads every reply instead of getting EPIPE. */
 #define QUIET_MS 300
 #define STOP_ANSWER_MS 2000
+#define DRAIN_MS 500
 /* Output buffers above this are freed once a tick passes without a
  * send: not after each send, as faulting in a fresh 32 MiB buffer for
  * every large read costs more than the read. */
@@ -52,6 +57,9 @@ struct sconn {
   bool queued;                      /* in the worker's run queue */
   bool sent_this_tick;
   bool draining;                    /* half-closed: input is dropped */
+  uint64_t drain_deadline;          /* and closed by then (ms) */
+  uint64_t stop_backlog;            /* shutdown: bytes it had sent before
+                                       the signal, still to be read */
   struct obuf sending;              /* handed to the kernel */
   size_t sent;
   uint64_t deadline;                /* handshake must end by then (ms) */
@@ -77,6 +85,7 @@ struct worker {
   bool stopping;
   uint64_t stop_deadline, next_tick;
   uint64_t answer_deadline;         /* requests get ESHUTDOWN until then */
+  uint64_t answer_floor;            /* and at least until then */
   struct sconn *conns;
   /* Connections that yielded (conn.h, CONN_TURN_BYTES), run next turn
    * in order: the loop does not wait for events while there are any. */
@@ -263,6 +272,7 @@ kick (struct worker *w, struct sconn *sc)
       start_close (sc);
     else if (!sc->draining) {
       sc->draining = true;
+      sc->drain_deadline = now_ms () + DRAIN_MS;
       shutdown (sc->fd, SHUT_WR);
     }
   }
@@ -318,8 +328,11 @@ on_recv (struct s4k_completion *op, int res)
   struct sconn *sc = s4k_container_of (op, struct sconn, recv_op);
   struct worker *w = sc->w;
   sc->recv_busy = false;
-  if (res > 0)
+  if (res > 0) {
     sc->active = now_ms ();
+    sc->stop_backlog -= sc->stop_backlog < (uint64_t) res
+                        ? sc->stop_backlog : (uint64_t) res;
+  }
   s4k_fault_epoch (sc->c.epoch);      /* a power cut refuses its requests */
   if (sc->draining) {
     if (res <= 0)
@@ -462,6 +475,7 @@ begin_stop (struct worker *w)
   w->stopping = true;
   w->stop_deadline = now + (uint64_t) w->s->shutdown_grace * 1000;
   w->answer_deadline = now + STOP_ANSWER_MS;
+  w->answer_floor = now + QUIET_MS;
   if (w->accept_busy)
     cancel_op (w, &w->accept_op);
   for (struct sconn *sc = w->conns, *next; sc; sc = next) {
@@ -469,6 +483,11 @@ begin_stop (struct worker *w)
     if (conn_in_handshake (&sc->c))
       start_close (sc);
     else {
+      /* What the client sent before the signal: answered before its
+       * input ends. */
+      int queued;
+      if (ioctl (sc->fd, FIONREAD, &queued) == 0 && queued > 0)
+        sc->stop_backlog = queued;
       sc->c.eshutdown = true;
       if (!sc->recv_busy)
         conn_process (&sc->c);
@@ -523,12 +542,15 @@ tick (struct worker *w)
     if (w->stopping && now >= w->stop_deadline)
       start_close (sc);
     else if (w->stopping && sc->draining) {
-      if (!quiet)
+      if (!quiet && now < sc->drain_deadline)
         continue;
       start_close (sc);
     }
     else if (w->stopping && !sc->c.stopping) {
-      if (!quiet && now < w->answer_deadline)
+      /* Requests it had sent before the signal are read (and those
+       * parsed run and are answered before the half-close). */
+      bool answered = sc->stop_backlog == 0 && now >= w->answer_floor;
+      if (!quiet && !answered && now < w->answer_deadline)
         continue;
       end_input (w, sc);
     }

@@ -210,6 +210,72 @@ torture_read_done (const struct torture_geom *g, struct torture_log *log,
   op->got_seq = st.seq;
 }
 
+/* Calls fn for every write and zero in the logs and every slot it
+ * covered (all of its sector's for TORTURE_ALL), with the op, where it
+ * stands in the logs (writer w, index i) and the slot's index
+ * k = sector * slots + slot. */
+typedef void torture_update_fn (void *ctx, const struct torture_op *op,
+                                unsigned w, uint32_t i, size_t k);
+static inline void
+torture_each_update (const struct torture_geom *g,
+                     const struct torture_log *logs, unsigned nwriters,
+                     torture_update_fn *fn, void *ctx)
+{
+  const uint32_t slots = torture_slots (g);
+  for (unsigned w = 0; w < nwriters; w++)
+    for (uint32_t i = 0; i < logs[w].n; i++) {
+      const struct torture_op *op = &logs[w].ops[i];
+      if (op->kind == T_READ)
+        continue;
+      uint32_t a = op->slot == TORTURE_ALL ? 0 : op->slot;
+      uint32_t b = op->slot == TORTURE_ALL ? slots - 1 : op->slot;
+      for (uint32_t s = a; s <= b; s++)
+        fn (ctx, op, w, i, (size_t) op->sector * slots + s);
+    }
+}
+
+/* The updates of each slot k, as (writer, index) pairs in
+ * idx[first[k]] .. idx[first[k + 1] - 1]: counted, then filled. */
+struct torture_index {
+  size_t *first, *fill;
+  uint32_t (*idx)[2];
+};
+
+static inline void
+torture_count_update (void *ctx, const struct torture_op *op, unsigned w,
+                      uint32_t i, size_t k)
+{
+  (void) op, (void) w, (void) i;
+  ((struct torture_index *) ctx)->first[k + 1]++;
+}
+
+static inline void
+torture_index_update (void *ctx, const struct torture_op *op, unsigned w,
+                      uint32_t i, size_t k)
+{
+  struct torture_index *x = ctx;
+  (void) op;
+  x->idx[x->first[k] + x->fill[k]][0] = w;
+  x->idx[x->first[k] + x->fill[k]++][1] = i;
+}
+
+/* Per slot, the latest start of an update and the latest end of a zero. */
+struct torture_latest {
+  uint64_t *maxstart, *maxzeroend;
+};
+
+static inline void
+torture_latest_update (void *ctx, const struct torture_op *op, unsigned w,
+                       uint32_t i, size_t k)
+{
+  struct torture_latest *x = ctx;
+  (void) w, (void) i;
+  if (op->start > x->maxstart[k])
+    x->maxstart[k] = op->start;
+  if (op->kind == T_ZERO && op->end > x->maxzeroend[k])
+    x->maxzeroend[k] = op->end;
+}
+
 /* Checks every read that no op on its slot overlapped (see the top).
  * Returns the number of bad reads, and the number checked in *checked;
  * describes the first few in msg. */
@@ -220,94 +286,74 @@ torture_verify_reads (const struct torture_geom *g, struct torture_log *logs,
 {
   const uint32_t slots = torture_slots (g);
   const size_t nslots = (size_t) g->nsectors * slots;
-  /* The writes and zeroes of each slot, as (writer, seq) pairs. */
-  size_t *first = calloc (nslots + 1, sizeof *first), total = 0;
+  /* The writes and zeroes of each slot: count, then index them. */
+  struct torture_index x = { calloc (nslots + 1, sizeof *x.first),
+                             calloc (nslots ? nslots : 1, sizeof *x.fill),
+                             NULL };
   unsigned bad = 0;
   char msg[256];
-  if (!first)
+  if (!x.first || !x.fill)
     abort ();
-  for (int pass = 0; pass < 2; pass++) {
-    size_t *fill = pass ? calloc (nslots, sizeof *fill) : NULL;
-    uint32_t (*idx)[2] = pass ? malloc ((total ? total : 1) * sizeof *idx)
-                              : NULL;
-    if (pass && (!fill || !idx))
-      abort ();
-    for (unsigned w = 0; w < nwriters; w++)
-      for (uint32_t i = 0; i < logs[w].n; i++) {
-        const struct torture_op *op = &logs[w].ops[i];
-        if (op->kind == T_READ)
-          continue;
-        uint32_t a = op->slot == TORTURE_ALL ? 0 : op->slot;
-        uint32_t b = op->slot == TORTURE_ALL ? slots - 1 : op->slot;
-        for (uint32_t s = a; s <= b; s++) {
-          size_t k = (size_t) op->sector * slots + s;
-          if (!pass)
-            first[k + 1]++;
-          else {
-            idx[first[k] + fill[k]][0] = w;
-            idx[first[k] + fill[k]++][1] = i;
-          }
+  torture_each_update (g, logs, nwriters, torture_count_update, &x);
+  for (size_t k = 0; k < nslots; k++)
+    x.first[k + 1] += x.first[k];
+  x.idx = malloc ((x.first[nslots] ? x.first[nslots] : 1) * sizeof *x.idx);
+  if (!x.idx)
+    abort ();
+  torture_each_update (g, logs, nwriters, torture_index_update, &x);
+
+  *checked = 0;
+  for (unsigned w = 0; w < nwriters; w++)
+    for (uint32_t i = 0; i < logs[w].n; i++) {
+      const struct torture_op *r = &logs[w].ops[i];
+      if (r->kind != T_READ)
+        continue;
+      size_t k = (size_t) r->sector * slots + r->slot;
+      uint64_t maxstart = 0, maxzeroend = 0;
+      bool overlap = false;
+      for (size_t j = x.first[k]; j < x.first[k + 1] && !overlap; j++) {
+        const struct torture_op *op = &logs[x.idx[j][0]].ops[x.idx[j][1]];
+        if (op->start < r->end && r->start < op->end)
+          overlap = true;
+        else if (op->end <= r->start) {
+          if (op->start > maxstart)
+            maxstart = op->start;
+          if (op->kind == T_ZERO && op->end > maxzeroend)
+            maxzeroend = op->end;
         }
       }
-    if (!pass) {
-      for (size_t k = 0; k < nslots; k++)
-        first[k + 1] += first[k];
-      total = first[nslots];
-      continue;
+      if (overlap)
+        continue;
+      ++*checked;
+      const char *why = NULL;
+      if (r->got == GOT_BAD)
+        why = "torn or foreign content";
+      else if (r->got == GOT_ZERO) {
+        if (maxstart && maxzeroend < maxstart)
+          why = "zeroes, but a write had completed";
+      }
+      else if (r->got_writer >= nwriters ||
+               r->got_seq >= logs[r->got_writer].n)
+        why = "content no op wrote";
+      else {
+        const struct torture_op *op = &logs[r->got_writer].ops[r->got_seq];
+        if (op->kind != T_WRITE || op->sector != r->sector ||
+            (op->slot != TORTURE_ALL && op->slot != r->slot))
+          why = "content of an op on another slot";
+        else if (op->end > r->start)
+          why = "content of a write that had not completed";
+        else if (op->end < maxstart)
+          why = "stale: a later completed op's data is missing";
+      }
+      if (why && bad++ < 5 && report) {
+        snprintf (msg, sizeof msg, "read of sector %u slot %u: %s",
+                  r->sector, r->slot, why);
+        report (msg);
+      }
     }
-    *checked = 0;
-    for (unsigned w = 0; w < nwriters; w++)
-      for (uint32_t i = 0; i < logs[w].n; i++) {
-        const struct torture_op *r = &logs[w].ops[i];
-        if (r->kind != T_READ)
-          continue;
-        size_t k = (size_t) r->sector * slots + r->slot;
-        uint64_t maxstart = 0, maxzeroend = 0;
-        bool overlap = false;
-        for (size_t j = first[k]; j < first[k + 1] && !overlap; j++) {
-          const struct torture_op *op = &logs[idx[j][0]].ops[idx[j][1]];
-          if (op->start < r->end && r->start < op->end)
-            overlap = true;
-          else if (op->end <= r->start) {
-            if (op->start > maxstart)
-              maxstart = op->start;
-            if (op->kind == T_ZERO && op->end > maxzeroend)
-              maxzeroend = op->end;
-          }
-        }
-        if (overlap)
-          continue;
-        ++*checked;
-        const char *why = NULL;
-        if (r->got == GOT_BAD)
-          why = "torn or foreign content";
-        else if (r->got == GOT_ZERO) {
-          if (maxstart && maxzeroend < maxstart)
-            why = "zeroes, but a write had completed";
-        }
-        else if (r->got_writer >= nwriters ||
-                 r->got_seq >= logs[r->got_writer].n)
-          why = "content no op wrote";
-        else {
-          const struct torture_op *op = &logs[r->got_writer].ops[r->got_seq];
-          if (op->kind != T_WRITE || op->sector != r->sector ||
-              (op->slot != TORTURE_ALL && op->slot != r->slot))
-            why = "content of an op on another slot";
-          else if (op->end > r->start)
-            why = "content of a write that had not completed";
-          else if (op->end < maxstart)
-            why = "stale: a later completed op's data is missing";
-        }
-        if (why && bad++ < 5 && report) {
-          snprintf (msg, sizeof msg, "read of sector %u slot %u: %s",
-                    r->sector, r->slot, why);
-          report (msg);
-        }
-      }
-    free (fill);
-    free (idx);
-  }
-  free (first);
+  free (x.first);
+  free (x.fill);
+  free (x.idx);
   return bad;
 }
 
@@ -327,21 +373,8 @@ torture_verify (const struct torture_geom *g, const char *data,
 
   if (!maxstart || !maxzeroend)
     abort ();
-  for (unsigned w = 0; w < nwriters; w++)
-    for (uint32_t i = 0; i < logs[w].n; i++) {
-      const struct torture_op *op = &logs[w].ops[i];
-      if (op->kind == T_READ)
-        continue;
-      uint32_t a = op->slot == TORTURE_ALL ? 0 : op->slot;
-      uint32_t b = op->slot == TORTURE_ALL ? slots - 1 : op->slot;
-      for (uint32_t s = a; s <= b; s++) {
-        size_t k = (size_t) op->sector * slots + s;
-        if (op->start > maxstart[k])
-          maxstart[k] = op->start;
-        if (op->kind == T_ZERO && op->end > maxzeroend[k])
-          maxzeroend[k] = op->end;
-      }
-    }
+  struct torture_latest x = { maxstart, maxzeroend };
+  torture_each_update (g, logs, nwriters, torture_latest_update, &x);
 
   for (size_t k = 0; k < nslots; k++) {
     const char *p = data + k * g->logical;

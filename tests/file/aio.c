@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
+#include "aio.h"
 #include "tap.h"
 
 #define THREADS 2
@@ -192,18 +193,23 @@ start_next (struct slot *s)
     s->lp->finished++, s->done_ops++;
 }
 
+/* Empties lp's queue of posted work (also for wait_aio). */
+static struct s4k_completion *
+take_posted (void *arg)
+{
+  struct loop *lp = arg;
+  pthread_mutex_lock (&lp->lock);
+  struct s4k_completion *c = lp->posted;
+  lp->posted = NULL;
+  pthread_mutex_unlock (&lp->lock);
+  return c;
+}
+
 static void
 run_posted (struct loop *lp)
 {
-  for (;;) {
-    pthread_mutex_lock (&lp->lock);
-    struct s4k_completion *c = lp->posted;
-    lp->posted = NULL;
-    pthread_mutex_unlock (&lp->lock);
-    if (!c)
-      return;
+  for (struct s4k_completion *c; (c = take_posted (lp));)
     s4k_loop_run_posted (c);
-  }
 }
 
 static void *
@@ -225,36 +231,6 @@ loop_main (void *arg)
     s4k_loop_reap (&lp->ring);
   }
   return NULL;
-}
-
-struct waiter {
-  bool done;
-  int r;
-};
-
-static void
-waiter_done (void *opaque, int r)
-{
-  struct waiter *w = opaque;
-  w->done = true;
-  w->r = r;
-}
-
-/* The result of a request started on lp's ring (r from s4k_aio_*),
- * driving the ring from this thread until it finishes. */
-static int
-wait_aio (struct loop *lp, int r, struct waiter *w)
-{
-  while (r == 1 && !w->done) {
-    run_posted (lp);
-    struct io_uring_cqe *cqe;
-    struct __kernel_timespec ts = { 30, 0 };
-    if (io_uring_submit_and_wait_timeout (&lp->ring, &cqe, 1, &ts, NULL) ==
-        -ETIME)
-      bail ("a request did not finish in 30 s");
-    s4k_loop_reap (&lp->ring);
-  }
-  return r == 1 ? w->r : r;
 }
 
 /* Trims and zeroes through the ring, whole and cutting into sectors,
@@ -288,7 +264,7 @@ trim_and_zero (struct loop *lp, const char *mode)
     int r = ops[i].trim
             ? s4k_aio_trim (a, ops[i].len, ops[i].off, ops[i].flags)
             : s4k_aio_zero (a, ops[i].len, ops[i].off, ops[i].flags);
-    r = wait_aio (lp, r, &w);
+    r = wait_aio (&lp->ring, take_posted, lp, r, &w);
     memset (model + ops[i].zs, 0, ops[i].ze - ops[i].zs);
     ok (r == 0 && s4k_read (dev, got, n, 0) == 0 && !memcmp (got, model, n),
         "%s: %s of [%" PRIu64 ", +%" PRIu64 ")%s%s: the device reads as the "

@@ -25,6 +25,7 @@
 
 #include "sect4k/sect4k.h"
 #include "store.h"
+#include "aio.h"
 #include "tap.h"
 
 /* Per geometry and store.  FUA and flushes are rare enough that the
@@ -58,39 +59,14 @@ post (struct s4k_loop *l, struct s4k_completion *c)
   lp->posts++;
 }
 
-struct waiter {
-  bool done;
-  int r;
-};
-
-static void
-waiter_done (void *opaque, int r)
+/* Empties lp's queue of posted work (for wait_aio). */
+static struct s4k_completion *
+take_posted (void *arg)
 {
-  struct waiter *w = opaque;
-  w->done = true;
-  w->r = r;
-}
-
-/* The result of a request started on lp (r from s4k_aio_*), running
- * posted work and the ring until it finishes. */
-static int
-wait_aio (struct loop *lp, int r, struct waiter *w)
-{
-  while (r == 1 && !w->done) {
-    if (lp->posted) {
-      struct s4k_completion *c = lp->posted;
-      lp->posted = NULL;
-      s4k_loop_run_posted (c);
-      continue;
-    }
-    struct io_uring_cqe *cqe;
-    struct __kernel_timespec ts = { 30, 0 };
-    if (io_uring_submit_and_wait_timeout (&lp->ring, &cqe, 1, &ts, NULL) ==
-        -ETIME)
-      bail ("a request did not finish in 30 s");
-    s4k_loop_reap (&lp->ring);
-  }
-  return r == 1 ? w->r : r;
+  struct loop *lp = arg;
+  struct s4k_completion *c = lp->posted;
+  lp->posted = NULL;
+  return c;
 }
 
 /* ---- the memory store behind a submit ---------------------------------- */
@@ -409,7 +385,7 @@ twins (const char *dir, const struct geom *geo, bool file, uint64_t seed)
       rs = s4k_flush (sync);
       rq = s4k_aio_flush (a);
     }
-    rq = wait_aio (&lp, rq, &w);
+    rq = wait_aio (&lp.ring, take_posted, &lp, rq, &w);
     if (rs < 0 && rs != -EINVAL && rs != -ENOSPC && rs != -ENOTSUP)
       failed++;
     if (rs != rq || (read && rs == 0 && memcmp (ra, rb, len))) {

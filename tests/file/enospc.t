@@ -40,12 +40,17 @@ fill () {
 cat > "$tmpdir/client.py" <<'PY'
 import errno, nbd, os, sys
 h = nbd.NBD(); h.connect_uri(sys.argv[1])
+
+def write_error(data):
+    """The error a 512-byte write at 2048 gets, or "no error"."""
+    try:
+        h.pwrite(data, 2048)
+        return "no error"
+    except nbd.Error as e:
+        return errno.errorcode.get(e.errnum, str(e.errnum))
+
 old = h.pread(4096, 2048)
-try:
-    h.pwrite(b"n" * 512, 2048)
-    err = "no error"
-except nbd.Error as e:
-    err = errno.errorcode.get(e.errnum, str(e.errnum))
+err = write_error(b"n" * 512)
 same = h.pread(4096, 2048) == old
 with open(sys.argv[3], "rb") as img, open(sys.argv[4], "rb") as before:
     file_same = img.read(8192) == before.read()
@@ -65,11 +70,7 @@ fill()
 h.trim(8192, 2048)                   # sectors 1 and 2: page 1 is freed
 fill()
 want = h.pread(4096, 2048)
-try:
-    h.pwrite(b"t" * 512, 2048)
-    err2 = "no error"
-except nbd.Error as e:
-    err2 = errno.errorcode.get(e.errnum, str(e.errnum))
+err2 = write_error(b"t" * 512)
 after_trim = want == bytes(4096) and h.pread(4096, 2048) == want
 print(err, same, file_same, new, err2, after_trim)
 h.shutdown()

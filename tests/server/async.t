@@ -5,42 +5,30 @@ dirty pages (an fdatasync that takes a while) and connection B's small
 reads must be answered while A's flush is still pending.  A server that
 ran the engine inline would answer B only after the fdatasync."""
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, skip_all, done_testing, need_nbd  # noqa: E402
+from tap import ok, diag, done_testing, need_nbd  # noqa: E402
 import srvlib  # noqa: E402
-from srvlib import Server  # noqa: E402
 
 nbd = need_nbd()
 srvlib.need_server()
 
-SIZE = 128 << 20
-CHUNK = 4 << 20
-
-
-img_dir = tempfile.mkdtemp(prefix="sect4k-async.")
-with Server("size=%d" % SIZE, "model=512e",
-            "file=" + os.path.join(img_dir, "disk.img"),
-            options=["--threads", "1"]) as srv:
-    if "io_uring" not in srv.log():
-        skip_all("the file store runs without io_uring here: %s" % srv.log().strip())
+with srvlib.flush_server() as srv:
     a, b = nbd.NBD(), nbd.NBD()
     a.connect_uri(srv.uri)
     b.connect_uri(srv.uri)
 
     srvlib.check_reads_during_flush(
-        a, b, SIZE, CHUNK, "B's reads were answered while A's flush was "
+        a, b, "B's reads were answered while A's flush was "
         "pending")
     b.shutdown()
 
     # SIGTERM while A's flush is in flight: the flush finishes, its reply
     # is sent, then the server exits.
-    srvlib.dirty(a, SIZE, CHUNK)
+    srvlib.dirty(a)
     cookie = a.aio_flush()
     time.sleep(0.01)
     st = srv.stop()
@@ -55,5 +43,4 @@ with Server("size=%d" % SIZE, "model=512e",
     ok(st == 0, "server exited cleanly (%s)" % st)
     if st:
         diag(srv.log())
-shutil.rmtree(img_dir)
 done_testing()

@@ -7,40 +7,30 @@ pending.  A server with one request in flight per connection answers
 them only after the flush.  Then NBD_CMD_DISC and SIGTERM arriving with
 many requests in flight: each of them is answered first."""
 import os
-import shutil
 import socket
 import struct
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, skip_all, done_testing, need_nbd  # noqa: E402
+from tap import ok, diag, done_testing, need_nbd  # noqa: E402
 import srvlib  # noqa: E402
-from srvlib import Server, greet, go, request, recv_exact  # noqa: E402
+from srvlib import greet, go, request, recv_exact  # noqa: E402
 
 nbd = need_nbd()
 srvlib.need_server()
 
-SIZE = 128 << 20
-CHUNK = 4 << 20
-
-img_dir = tempfile.mkdtemp(prefix="sect4k-qd.")
-with Server("size=%d" % SIZE, "model=512e",
-            "file=" + os.path.join(img_dir, "disk.img"),
-            options=["--threads", "1"]) as srv:
-    if "io_uring" not in srv.log():
-        skip_all("the file store runs without io_uring here: %s" % srv.log().strip())
+with srvlib.flush_server() as srv:
     h = nbd.NBD()
     h.connect_uri(srv.uri)
 
     srvlib.check_reads_during_flush(
-        h, h, SIZE, CHUNK, "reads answered while a flush of the same "
+        h, h, "reads answered while a flush of the same "
         "connection was pending")
 
     # NBD_CMD_DISC right behind a flush and 15 reads: all 16 are answered,
     # then the server closes.
-    srvlib.dirty(h, SIZE, CHUNK)
+    srvlib.dirty(h)
     s = srv.connect_raw()
     greet(s)
     go(s)
@@ -70,7 +60,7 @@ with Server("size=%d" % SIZE, "model=512e",
 
     # SIGTERM with a flush and 15 reads in flight on one connection: each
     # is answered, then the server exits cleanly.
-    srvlib.dirty(h, SIZE, CHUNK)
+    srvlib.dirty(h)
     rbufs = [nbd.Buffer(4096) for _ in range(15)]
     cookies = [h.aio_flush()] + [h.aio_pread(b, i << 20)
                                  for i, b in enumerate(rbufs)]
@@ -89,5 +79,4 @@ with Server("size=%d" % SIZE, "model=512e",
     ok(st == 0, "server exited cleanly (%s)" % st)
     if st:
         diag(srv.log())
-shutil.rmtree(img_dir)
 done_testing()

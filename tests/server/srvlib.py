@@ -47,12 +47,15 @@ def parse_size(v):
 
 
 class Server(ServerProcess):
-    """sect4k-server on a Unix socket (or TCP with tcp=True)."""
+    """sect4k-server on a Unix socket (or TCP with tcp=True); with
+    file_store=True (or SECT4K_STORE=file) and no file=, on a file of the
+    size= asked for in its own directory."""
 
-    def __init__(self, *args, options=(), tcp=False, wait=True):
+    def __init__(self, *args, options=(), tcp=False, wait=True,
+                 file_store=False):
         self.dir = tempfile.mkdtemp(prefix="sect4k-srv.")
         sizes = [a[5:] for a in args if a.startswith("size=")]
-        if STORE == "file" and sizes and \
+        if (file_store or STORE == "file") and sizes and \
                 not any(a.startswith("file=") for a in args):
             img = os.path.join(self.dir, "disk.img")
             with open(img, "wb") as f:          # -r needs it to exist
@@ -93,6 +96,26 @@ class Server(ServerProcess):
             s.connect(self.sock)
         s.settimeout(20)
         return s
+
+
+# The flush tests' device: dirtying all of it (FLUSH_CHUNK at a time)
+# makes its flush, an fdatasync, take a while.
+FLUSH_SIZE = 128 << 20
+FLUSH_CHUNK = 4 << 20
+
+
+def flush_server():
+    """sect4k-server on a file store of FLUSH_SIZE bytes, with one loop
+    thread: for the tests where a flush of many dirty pages overlaps
+    other requests.  Skips the whole test when the file store runs
+    without io_uring here."""
+    srv = Server("size=%d" % FLUSH_SIZE, "model=512e", file_store=True,
+                 options=["--threads", "1"])
+    if "io_uring" not in srv.log():
+        log = srv.log().strip()
+        srv.__exit__()
+        skip_all("the file store runs without io_uring here: %s" % log)
+    return srv
 
 
 def free_port():
@@ -168,7 +191,7 @@ def closed(s, timeout=5):
         return False
 
 
-def dirty(h, size, chunk):
+def dirty(h, size=FLUSH_SIZE, chunk=FLUSH_CHUNK):
     """Writes size bytes through h, chunk at a time: dirty pages in the
     file store's page cache, not yet on disk."""
     import nbd
@@ -200,7 +223,33 @@ def wait_any(handles, timeout):
             h.aio_notify_write()
 
 
-def check_reads_during_flush(writer, reader, size, chunk, name):
+def serves(srv, within=0):
+    """A new client gets through the handshake and a 512-byte read, at
+    once or, trying again, within that many seconds (connections the
+    clients have seen closed count against --max-connections until the
+    server has freed them)."""
+    deadline = time.monotonic() + within
+    while True:
+        s = srv.connect_raw()
+        try:
+            greet(s)
+            if go(s)[-1][0] == 1:
+                request(s, 0, 0, 512, cookie=77)
+                magic, err, cookie = struct.unpack(">IIQ", recv_exact(s, 16))
+                if err == 0 and cookie == 77 and \
+                        len(recv_exact(s, 512)) == 512:
+                    return True
+        except (OSError, EOFError, AssertionError):
+            pass
+        finally:
+            s.close()
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def check_reads_during_flush(writer, reader, name, size=FLUSH_SIZE,
+                             chunk=FLUSH_CHUNK):
     """The non-blocking proof: writer dirties size bytes and flushes them
     (an fdatasync that takes a while); reader's 4 KiB reads, sent after
     the flush, must be answered while it is still pending.  A server that

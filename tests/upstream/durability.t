@@ -6,10 +6,7 @@
 # check, so the flush must have reached its image, not only its memory.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
-need nbdkit
-need_server
-client=$SECT4K_BUILD/tests/upstream-slots
-[ -x "$client" ] || skip_all "$client is not built"
+need_fronts upstream-slots
 
 for up in memory qcow2; do
   for front in plugin server; do

@@ -6,10 +6,7 @@
 # own SIGKILL: nbdkit file, and qemu-nbd on qcow2 in writethrough mode.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
-need nbdkit
-need_server
-client=$SECT4K_BUILD/tests/upstream-slots
-[ -x "$client" ] || skip_all "$client is not built"
+need_fronts upstream-slots
 qcow2_cache=writethrough
 
 for up in file qcow2; do

@@ -4,10 +4,7 @@
 # serving a qcow2 image, with both front ends.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
-need nbdkit
-need_server
-client=$SECT4K_BUILD/tests/client-torture
-[ -x "$client" ] || skip_all "$client is not built"
+need_fronts client-torture
 rounds=10                  # 8 writers x 256 sectors x 10 rounds: 20,000 RMWs
 [ "${SECT4K_SAN:-}" = tsan ] && rounds=3
 

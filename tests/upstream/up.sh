@@ -1,6 +1,16 @@
 # Helpers for the upstream tests, sourced after tests/lib.sh: upstream
 # NBD servers to put sect4k in front of, and sect4k's two front ends.
 
+# need_fronts PROG: both front ends (nbdkit with the plugin, and
+# sect4k-server) and the test client $SECT4K_BUILD/tests/PROG, as
+# $client; else the whole test skips.
+need_fronts () {
+  need nbdkit
+  need_server
+  client=$SECT4K_BUILD/tests/$1
+  [ -x "$client" ] || skip_all "$client is not built"
+}
+
 # skip_one DESCRIPTION: a TAP test that could not run.
 skip_one () { tap_n=$((tap_n + 1)); echo "ok $tap_n # SKIP $*"; }
 
