@@ -51,6 +51,7 @@ struct handle {
 
 struct next_store {
   struct s4k_store base;
+  char info[128];
   uint32_t chunk;               /* largest read or write passed down */
   char *zeroes;                 /* for a next layer without zero */
   size_t zeroes_len;
@@ -209,8 +210,15 @@ next_close (struct s4k_store *s)
   free (ns);
 }
 
+static const char *
+next_info (const struct s4k_store *s)
+{
+  return ((const struct next_store *) s)->info;
+}
+
 static const struct s4k_store_ops next_ops = {
   .name = "nbdkit filter: the next layer",
+  .info = next_info,
   .read = next_read,
   .write = next_write,
   .zero = next_zero,
@@ -332,10 +340,19 @@ make_dev (nbdkit_next *next)
     chunk = chunk / min * min;
   if (ns) {
     ns->base.ops = &next_ops;
+    /* A plugin that says no minimum block size takes any byte range
+     * (nbdkit passes it every request, as the NBD spec's default of 1). */
+    ns->base.partial_writes = s4k_upstream_partial_writes (&c, min);
     ns->chunk = chunk ? chunk : min;
     ns->zeroes_len = g->physical > (1u << 20) ? g->physical : 1u << 20;
     ns->zeroes = calloc (1, ns->zeroes_len);
   }
+  if (ns)
+    snprintf (ns->info, sizeof ns->info, "the next layer: minimum block "
+              "size %" PRIu32 ", partial writes %s", min,
+              ns->base.partial_writes ? "yes"
+              : !c.partial_writes ? "no (upstream-partial-writes=false)"
+              : "no (whole minimum blocks)");
   if (!ns || !ns->zeroes) {
     nbdkit_error ("out of memory");
     free (ns);
@@ -356,6 +373,7 @@ make_dev (nbdkit_next *next)
   s4k_dev_start (dev);
   nbdkit_debug ("sect4k: %s, size %" PRIu64 " over the plugin's %" PRId64,
                 description, c.geom.size, size);
+  nbdkit_debug ("sect4k: %s", s4k_dev_store_info (dev));
   return 0;
 }
 

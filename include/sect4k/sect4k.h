@@ -130,11 +130,16 @@ struct s4k_config {
   const char *file;           /* NULL: memory store */
   bool direct;                /* O_DIRECT */
   bool no_uring;              /* io=sync, or SECT4K_NO_URING=1 */
-  /* Upstream store (upstream=, upstream-connections=). */
+  /* Upstream store (upstream=, upstream-connections=,
+   * upstream-partial-writes=). */
   const char *upstream;       /* NBD URI; NULL: not upstream */
   uint32_t upstream_connections;  /* 0: the default */
-  bool store_sized;           /* the front end's store gives the size
-                                 (the nbdkit filter): size= not needed */
+  bool partial_writes;        /* the upstream may get writes that cut
+                                 sectors (default true) */
+  bool have_partial_writes;
+  bool store_sized;           /* the front end's store is an upstream
+                                 that gives the size (the nbdkit
+                                 filter's next layer): size= not needed */
   /* Statistics (statsfile=, stats-interval=, stats=). */
   const char *statsfile;      /* JSON written at close and every interval */
   uint32_t stats_interval;    /* seconds; 0: at close only */
