@@ -402,7 +402,8 @@ probe (struct nbd_store *u, const struct s4k_config *c, uint64_t *size,
               g->alignment);
     return -1;
   }
-  if (nbd_is_read_only (h) == 1 && !c->readonly) {
+  const bool ro = nbd_is_read_only (h) == 1;
+  if (ro && !c->readonly && !c->readonly_per_connection) {
     snprintf (err, errlen, "upstream=%s: the export is read-only; serve "
               "it read-only (sect4k-server -r)", u->uri);
     return -1;
@@ -429,7 +430,7 @@ probe (struct nbd_store *u, const struct s4k_config *c, uint64_t *size,
   if (min > 0)
     chunk = chunk / min * min;
   u->chunk = chunk ? chunk : (uint64_t) min;
-  u->readonly = c->readonly;
+  u->readonly = c->readonly || ro;
   u->base.partial_writes = s4k_upstream_partial_writes (c, min > 0 ? min : 0);
   u->multi_conn = nbd_can_multi_conn (h) == 1;
   u->can_flush = nbd_can_flush (h) == 1;

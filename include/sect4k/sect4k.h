@@ -121,6 +121,13 @@ struct s4k_config {
   uint32_t max_request;
   bool strict;
   bool readonly;              /* set by the front end (nbdkit -r, server -r) */
+  bool readonly_per_connection;  /* set by a front end that learns
+                                 read-only only when a client connects
+                                 (the plugin: nbdkit -r reaches open, not
+                                 config): a store that can only be read
+                                 (a read-only upstream) is served
+                                 read-only, and the front end refuses
+                                 writable connections to it */
   const char *model;          /* preset name or NULL */
   /* Which keys the user gave, so presets never override them. */
   bool have_size, have_logical, have_physical, have_alignment,
