@@ -129,6 +129,7 @@ sect4k_dump_plugin (void)
   printf ("sect4k_max_request_max=%u\n", S4K_MAX_MAX_REQUEST);
   printf ("sect4k_models=512n,512e,512e-xp,4kn\n");
   printf ("sect4k_stores=memory,file,upstream\n");
+  printf ("sect4k_upstream_partial_writes=yes\n");
 }
 
 /* Without export=, any name reaches the one export, as nbdkit's own
