@@ -618,7 +618,7 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
   q->len = len;
   q->off = off;
   q->flags = flags;
-  q->locked = q->head_zero = q->tail_zero = false;
+  q->locked = q->head_zero = q->tail_zero = q->partial = false;
   q->exact = op == S4K_OP_READ && d->lockfree_reads;
   q->cut = NULL;
   q->t = (struct tally) { 0 };
@@ -706,7 +706,7 @@ run (struct s4k_dev *d, struct request *q, struct s4k_store_req *sq,
 lock:
   q->stage = ST_LOCK;
   /* Reads of a store that says they need no lock take none, and read
-   * just their bytes: see lockfree_reads in sect4k.h, and the memory
+   * just their bytes: see lockfree_reads in store.h, and the memory
    * store's comment for why it can say so. */
   if (!q->exact) {
     if (!w)
