@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "sect4k/sect4k.h"
+#include "store.h"
 
 const char s4k_config_help[] =
   "size=SIZE             Device size (required unless file= exists or\n"
@@ -34,6 +35,11 @@ const char s4k_config_help[] =
   "upstream=URI          Keep the data in another NBD server's export (any\n"
   "                      URI libnbd takes: nbd://, nbd+unix://, nbds://).\n"
   "upstream-connections=N  Connections to upstream=, 1..64 (default 4).\n"
+  "upstream-partial-writes=BOOL  Send a write that cuts physical sectors\n"
+  "                      upstream as it is, the upstream merging it (one\n"
+  "                      round trip, not a read and a write); false: the\n"
+  "                      upstream sees whole physical sectors only (default\n"
+  "                      true where its minimum block size allows it).\n"
   "statsfile=PATH        Write statistics as JSON at exit (and every\n"
   "                      stats-interval seconds), atomically.\n"
   "stats-interval=SECS   Seconds between statsfile updates (default 0:\n"
@@ -134,6 +140,7 @@ s4k_config_init (struct s4k_config *c)
 {
   memset (c, 0, sizeof *c);
   c->strict = true;
+  c->partial_writes = true;
   const char *e = getenv ("SECT4K_NO_URING");
   c->no_uring = e && *e && strcmp (e, "0") != 0;
 }
@@ -205,9 +212,13 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
     c->have_max_request = true;
   }
   else if (strcmp (key, "strict") == 0 || strcmp (key, "direct") == 0 ||
-           strcmp (key, "stats") == 0) {
+           strcmp (key, "stats") == 0 ||
+           strcmp (key, "upstream-partial-writes") == 0) {
     bool *b = strcmp (key, "strict") == 0 ? &c->strict
-            : strcmp (key, "direct") == 0 ? &c->direct : &c->stats_summary;
+            : strcmp (key, "direct") == 0 ? &c->direct
+            : strcmp (key, "stats") == 0 ? &c->stats_summary
+            : &c->partial_writes;
+    c->have_partial_writes |= b == &c->partial_writes;
     if (s4k_parse_bool (value, b) == -1) {
       snprintf (err, errlen, "%s=%s: not a boolean (true/false, on/off, "
                 "yes/no, 1/0)", key, value);
@@ -350,6 +361,11 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
               "upstream=", c->upstream_connections);
     return -1;
   }
+  if (c->have_partial_writes && !c->upstream && !c->store_sized) {
+    snprintf (err, errlen, "upstream-partial-writes=%s: needs upstream=",
+              c->partial_writes ? "true" : "false");
+    return -1;
+  }
   if (c->direct && !c->file) {
     snprintf (err, errlen, "direct=true: needs file=");
     return -1;
@@ -357,4 +373,11 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
   if (s4k_fault_config_finish (&c->fault, g, err, errlen) == -1)
     return -1;
   return s4k_timing_finish (&c->timing, err, errlen);
+}
+
+bool
+s4k_upstream_partial_writes (const struct s4k_config *c, uint64_t min)
+{
+  return c->partial_writes &&
+         (min <= 1 || (c->strict && c->geom.logical % min == 0));
 }

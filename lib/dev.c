@@ -23,6 +23,8 @@ struct s4k_dev {
   struct s4k_geometry g;
   bool counting;                /* keep statistics */
   bool lockfree_reads;          /* the store's reads need no sector lock */
+  bool partial_writes;          /* the store merges writes that cut
+                                   sectors itself */
   uint64_t shift, pmask;        /* s4k_sector_shift, physical - 1 */
   uint64_t fast_max;            /* longest fast-path request: 0 when
                                    counting (every request is planned) */
@@ -109,7 +111,8 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     store->ops->close (store);
     return -ENOMEM;
   }
-  d->lockfree_reads = store->ops->lockfree_reads;
+  d->lockfree_reads = store->lockfree_reads;
+  d->partial_writes = store->partial_writes;
   d->shift = s4k_sector_shift (&d->g);
   d->pmask = d->g.physical - 1;
   d->pbits = __builtin_ctz (d->g.physical);
@@ -405,7 +408,9 @@ plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
  *   read    a read's sectors; a write's or zero's cut sectors (the R of RMW)
  *   merge   the new bytes, or zeroes, into the cut sectors (the M)
  *   zero    a zero's whole sectors, and cut ones it left all zero
- *   write   a write's whole sectors and the merged cut sectors (the W)
+ *   write   a write's whole sectors and the merged cut sectors (the W); a
+ *           write over a store with partial_writes skips read and merge
+ *           and is sent as it is, the store merging it (one call)
  *   trim    the whole sectors
  *   flush
  *   unlock, and a read's cut bytes to the caller
@@ -429,7 +434,8 @@ struct request {
   unsigned flags;
   bool locked;
   bool head_zero, tail_zero;    /* a zero left the cut sector all zero */
-  bool merged;                  /* the store merged the cut sectors */
+  bool partial;                 /* a write that cuts sectors, sent as it
+                                   is: the store merges it */
   bool exact;                   /* a read of just its bytes, no lock */
   char *cut;                    /* 2P: the head sector, then the tail */
   struct span s;
@@ -515,56 +521,53 @@ merge (struct s4k_dev *d, struct request *q)
   }
 }
 
-/* The read and merge stages of a write in one, for stores that merge in
- * place (synchronous only): the store copies the new bytes into the
- * locked cut sectors, so the sector is neither read nor written whole.
- * The statistics count the drive's read-modify-write all the same. */
-S4K_INLINE int
-merge_in_place (struct s4k_dev *d, struct request *q)
+/* A write that cuts sectors, for a store with partial_writes: nothing
+ * to read or merge here, the store merges it.  The statistics and the
+ * debug log count the drive's read-modify-write all the same (they
+ * describe the emulated drive, whatever the store does). */
+S4K_INLINE void
+partial_write (struct s4k_dev *d, struct request *q)
 {
   const struct span *s = &q->s;
-  struct s4k_store *st = d->store;
-  const uint64_t off = q->off, end = off + q->len;
-  int r = 0;
   if (s->head_cut) {
-    uint64_t e = end < s->head_end ? end : s->head_end;
-    r = st->ops->merge (st, q->buf, e - off, off);
     q->t.rmw_sectors++;
     q->t.rmw_read_bytes += s->head_end - s->head_start;
     q->t.store_write_bytes += s->head_end - s->head_start;
     if (d->debug_mask & S4K_DEBUG_RMW)
-      debug_rmw (d, "write", q->len, off, s->first, s->head_start,
+      debug_rmw (d, "write", q->len, q->off, s->first, s->head_start,
                  s->head_end);
   }
-  if (s->tail_cut && r == 0) {
-    r = st->ops->merge (st, q->buf + (s->tail_start - off),
-                        end - s->tail_start, s->tail_start);
+  if (s->tail_cut) {
     q->t.rmw_sectors++;
     q->t.rmw_read_bytes += s->tail_end - s->tail_start;
     q->t.store_write_bytes += s->tail_end - s->tail_start;
     if (d->debug_mask & S4K_DEBUG_RMW)
-      debug_rmw (d, "write", q->len, off, s->last, s->tail_start,
+      debug_rmw (d, "write", q->len, q->off, s->last, s->tail_start,
                  s->tail_end);
   }
-  q->merged = true;
-  return r;
+  q->t.store_write_bytes += s->mid_end - s->mid_start;
 }
 
 /* The write stage: the merged cut sectors a zero did not leave all zero,
  * and a write's whole sectors straight from its buffer (for a write of
- * whole sectors, its buffer as it is).  Returns how many pieces. */
+ * whole sectors, or a partial one, its buffer as it is).  Returns how
+ * many pieces. */
 S4K_INLINE unsigned
 list_writes (const struct s4k_dev *d, struct request *q, struct s4k_io *io)
 {
   const struct span *s = &q->s;
   unsigned n = 0;
-  if (s->head_cut && !q->head_zero && !q->merged)
+  if (q->partial) {
+    io[0] = (struct s4k_io) { q->buf, q->len, q->off };
+    return 1;                   /* counted by partial_write */
+  }
+  if (s->head_cut && !q->head_zero)
     io[n++] = (struct s4k_io) { q->cut, s->head_end - s->head_start,
                                 s->head_start };
   if (q->op == S4K_OP_WRITE && s->mid_start < s->mid_end)
     io[n++] = (struct s4k_io) { q->buf + (s->mid_start - q->off),
                                 s->mid_end - s->mid_start, s->mid_start };
-  if (s->tail_cut && !q->tail_zero && !q->merged)
+  if (s->tail_cut && !q->tail_zero)
     io[n++] = (struct s4k_io) { q->cut + d->g.physical,
                                 s->tail_end - s->tail_start, s->tail_start };
   for (unsigned i = 0; i < n; i++)
@@ -615,11 +618,16 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
   q->len = len;
   q->off = off;
   q->flags = flags;
-  q->locked = q->head_zero = q->tail_zero = q->merged = false;
+  q->locked = q->head_zero = q->tail_zero = q->partial = false;
   q->exact = op == S4K_OP_READ && d->lockfree_reads;
   q->cut = NULL;
   q->t = (struct tally) { 0 };
-  return op == S4K_OP_FLUSH ? 0 : plan (d, op, len, off, flags, &q->s, &q->t);
+  if (op == S4K_OP_FLUSH)
+    return 0;
+  int r = plan (d, op, len, off, flags, &q->s, &q->t);
+  q->partial = op == S4K_OP_WRITE && d->partial_writes && r == 0 &&
+               cuts (q);
+  return r;
 }
 
 /* True if the request needs the cut-sector buffer (a trim leaves cut
@@ -628,7 +636,7 @@ S4K_INLINE bool
 needs_cut (const struct request *q)
 {
   return q->op != S4K_OP_TRIM && q->op != S4K_OP_FLUSH && !q->exact &&
-         cuts (q);
+         !q->partial && cuts (q);
 }
 
 /* The request is over with r: unlock, hand over a read's cut bytes,
@@ -698,7 +706,7 @@ run (struct s4k_dev *d, struct request *q, struct s4k_store_req *sq,
 lock:
   q->stage = ST_LOCK;
   /* Reads of a store that says they need no lock take none, and read
-   * just their bytes: see lockfree_reads in sect4k.h, and the memory
+   * just their bytes: see lockfree_reads in store.h, and the memory
    * store's comment for why it can say so. */
   if (!q->exact) {
     if (!w)
@@ -719,10 +727,8 @@ lock:
     goto last;
   }
 
-  if (!w && q->op == S4K_OP_WRITE && cuts (q) && d->store->ops->merge) {
-    if ((r = merge_in_place (d, q)))
-      goto done;
-  }
+  if (q->partial)
+    partial_write (d, q);
   else if (q->op == S4K_OP_READ || cuts (q)) {
     q->stage = ST_READ;
     sq->kind = S4K_REQ_READ;
@@ -760,8 +766,7 @@ lock:
   sq->kind = S4K_REQ_WRITE;
   sq->fua = fua;
   if (!(sq->n = list_writes (d, q, sq->io)))
-    goto done;                  /* a zero that left no cut sector, or
-                                   a write merged in place */
+    goto done;                  /* a zero that left no cut sector */
 last:
   r = issue (d, sq, w);
   if (w && r == 1)
@@ -780,7 +785,6 @@ sync_request (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
   struct s4k_store_req sq;
   int r = begin (d, &q, op, buf, len, off, flags);
   if (r == 0 && needs_cut (&q) &&
-      !(op == S4K_OP_WRITE && d->store->ops->merge) &&
       !(q.cut = bounce (2 * (size_t) d->g.physical)))
     r = -ENOMEM;
   if (r)

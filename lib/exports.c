@@ -217,6 +217,7 @@ s4k_exports_finish (struct s4k_exports *t, char *err, size_t errlen)
   for (size_t i = 0; i < t->n; i++) {
     struct s4k_export *e = &t->v[i];
     e->cfg.readonly = t->readonly;
+    e->cfg.readonly_per_connection = t->readonly_per_connection;
     if (t->n > 1 && e->cfg.statsfile &&
         e->cfg.statsfile == t->defaults.statsfile) {
       if (!(e->statsfile = statsfile_for (e->cfg.statsfile, e->name))) {

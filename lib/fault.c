@@ -155,6 +155,8 @@ struct entry {
 struct s4k_fault {
   struct s4k_store base;
   struct s4k_store *inner;
+  char info[640];                       /* the inner store's line, and
+                                           what the layer changes */
   struct s4k_geometry g;
   struct s4k_fault_config cfg;
   pthread_mutex_t m;
@@ -666,9 +668,7 @@ fault_readonly (const struct s4k_store *s)
 static const char *
 fault_info (const struct s4k_store *s)
 {
-  const struct s4k_fault *f = (const struct s4k_fault *) s;
-  return f->inner->ops->info ? f->inner->ops->info (f->inner)
-                             : f->inner->ops->name;
+  return ((const struct s4k_fault *) s)->info;
 }
 
 static void
@@ -724,7 +724,13 @@ fault_wrap (struct s4k_store *inner, const struct s4k_config *c,
   }
   f->base.ops = &fault_ops;
   f->base.async = false;        /* the synchronous calls, from any loop */
+  /* Neither lockfree_reads nor partial_writes: a torn write needs the
+   * whole sector the engine read, merged and writes back. */
   f->inner = inner;
+  snprintf (f->info, sizeof f->info, "%s%s",
+            inner->ops->info ? inner->ops->info (inner) : inner->ops->name,
+            inner->partial_writes ? " (under the fault layer: whole-sector "
+            "RMW, no partial writes)" : "");
   f->g = c->geom;
   f->cfg = c->fault;
   pthread_mutex_init (&f->m, NULL);

@@ -1,9 +1,9 @@
 /* The store interface: private to the engine (lib/) and the tests that
  * build stores.  Front ends use the device API in sect4k/sect4k.h.
  *
- * A store reads and writes whole physical sectors; the engine (dev.c) owns
- * the RMW and holds the sector locks of every sector a store call
- * touches. */
+ * A store reads and writes whole physical sectors, unless it says it can
+ * do more (struct s4k_store's properties); the engine (dev.c) owns the
+ * RMW and holds the sector locks of every sector a store call touches. */
 #ifndef S4K_STORE_H
 #define S4K_STORE_H
 
@@ -53,31 +53,14 @@ struct s4k_store_req {
   size_t bounce_len;
 };
 
-/* A store sees whole physical sectors, or a merge into a sector the
- * engine holds locked, or (lockfree_reads) a read of any range. */
+/* A store sees whole physical sectors, or (partial_writes) a write of
+ * any range, or (lockfree_reads) a read of any range. */
 struct s4k_store_ops {
   const char *name;
-  /* True if reads need no sector lock: a read never touches memory a
-   * concurrent write, zero or trim of any sector frees or moves, and a
-   * write, zero or merge changes only the bytes it covers, so a read
-   * gets, for every byte no request in flight writes, the byte as it
-   * is.  (A read overlapping a write in flight may see either: NBD
-   * leaves them unordered.)  Such a store also reads any byte range,
-   * so a read gets just its own bytes, not whole sectors.  Stores that
-   * cannot promise it (a bounce buffer, a torn-write fault model) leave
-   * it false and reads take the shared lock as before. */
-  bool lockfree_reads;
   /* n pieces submitted together (an RMW reads head and tail at once). */
   int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
   int (*write) (struct s4k_store *s, const struct s4k_io *io, unsigned n,
                 bool fua);
-  /* Optional, synchronous only: copies buf into [off, off+len), which
-   * lies inside one physical sector the engine holds exclusively locked,
-   * keeping the sector's other bytes: a read-modify-write done in place
-   * (stores without it get the whole sector read and written back).  It
-   * has no FUA: only a store with nothing to make durable offers it. */
-  int (*merge) (struct s4k_store *s, const void *buf, uint64_t len,
-                uint64_t off);
   /* Whole physical sectors. */
   int (*zero) (struct s4k_store *s, uint64_t len, uint64_t off,
                bool may_trim, bool fua);
@@ -98,11 +81,46 @@ struct s4k_store_ops {
    * flight (req->done follows), else its result (0 or -errno) now. */
   int (*submit) (struct s4k_store *s, struct s4k_store_req *req);
 };
+/* A store and what the engine may ask of it beyond whole sectors (set
+ * by whoever builds it; a layer over a store, such as the fault layer,
+ * offers none of them unless it can keep the promise itself). */
 struct s4k_store {
   const struct s4k_store_ops *ops;
   bool async;                      /* submit works: requests can go
                                       through a ring */
+  /* Reads need no sector lock: a read never touches memory a concurrent
+   * write, zero or trim of any sector frees or moves, and a write or
+   * zero changes only the bytes it covers, so a read gets, for every
+   * byte no request in flight writes, the byte as it is.  (A read
+   * overlapping a write in flight may see either: NBD leaves them
+   * unordered.)  Such a store also reads any byte range, so a read gets
+   * just its own bytes, not whole sectors.  Stores that cannot promise
+   * it (a bounce buffer, a torn-write fault model) leave it false and
+   * reads take the shared lock as before. */
+  bool lockfree_reads;
+  /* Writes of any byte range, done in place: a write changes exactly
+   * the bytes it covers and keeps the rest of every sector it cuts (the
+   * memory store copies them into its chunk; an upstream whose minimum
+   * block size divides every request the device lets through does its
+   * own merge).  The engine then sends a write that cuts physical
+   * sectors as it is, in one write, under the exclusive locks of the
+   * sectors it touches, instead of reading, merging and writing back
+   * whole sectors: the same result for every other sect4k request, one
+   * store call instead of two.  Zeroes keep the engine's RMW (it learns
+   * whether a cut sector is left all zero, so the store can zero it
+   * whole and stay sparse).  A store that must see whole sectors (a
+   * torn-write model, an upstream asked for whole sectors) leaves it
+   * false. */
+  bool partial_writes;
 };
+
+/* True if a store over an upstream (another NBD server, nbdkit's next
+ * layer) whose minimum block size is min (0: none said, so 1 as the NBD
+ * spec asks) may set partial_writes: the user did not turn it off
+ * (upstream-partial-writes=false) and every write the device lets
+ * through is a multiple of min (under strict=true, multiples of the
+ * logical size; otherwise any byte). */
+bool s4k_upstream_partial_writes (const struct s4k_config *c, uint64_t min);
 
 struct s4k_store *s4k_mem_store_new (const struct s4k_geometry *g,
                                      char *err, size_t errlen);

@@ -20,8 +20,10 @@
  * slot say which were written since they last read as zeroes, so extents
  * are reported at physical-sector granularity.
  *
- * Callers (the engine) hold the sector locks of every sector they write,
- * zero or merge into, and of every sector of a chunk they release.
+ * Callers (the engine) hold the sector locks of every sector they write
+ * or zero, and of every sector of a chunk they release.  A write may cut
+ * physical sectors (partial_writes): it copies just its bytes, so the
+ * engine's RMW of a 512-byte write into a 4 KiB sector is done in place.
  *
  * Reads take no lock (lockfree_reads).  Why that is safe:
  * - Memory: a read finds its chunk with acquire loads of tree entries
@@ -31,11 +33,11 @@
  *   zeroes.  So a read racing a zero or trim that releases the chunk
  *   copies old bytes or zeroes, never freed memory; and a release covers
  *   every sector of its chunk, so such a read overlaps the zero or trim.
- * - Data: writes, zeroes and merges change only the bytes they cover
- *   (a merge is an RMW done in place, not a whole sector written back;
- *   the engine's RMW of a zero that cuts a sector does write the whole
- *   sector back, but under its exclusive lock, so the bytes outside the
- *   zero get the values they already hold), so a read of bytes no
+ * - Data: writes and zeroes change only the bytes they cover (a write
+ *   that cuts a sector is an RMW done in place, not a whole sector
+ *   written back; the engine's RMW of a zero that cuts a sector does
+ *   write the whole sector back, but under its exclusive lock, so the
+ *   bytes outside the zero get the values they already hold), so a read of bytes no
  *   request in flight covers copies them as they are; a read overlapping
  *   a request in flight may see old or new bytes, as NBD allows (it does
  *   not order overlapping requests in flight).
@@ -387,17 +389,6 @@ mem_write (struct s4k_store *s, const struct s4k_io *io, unsigned nio,
   return write_chunks (m, io, nio);
 }
 
-/* A part of one physical sector, so of one chunk: the rest of the sector
- * keeps its bytes (zeroes if the chunk is new or released). */
-static int
-mem_merge (struct s4k_store *s, const void *buf, uint64_t len, uint64_t off)
-{
-  struct mem_store *m = (struct mem_store *) s;
-  uint64_t ci, co;
-  one_chunk (m, off, len, &ci, &co);
-  return write_chunk (m, ci, co, buf, len);
-}
-
 /* Walks [off, off+len) as FOR_EACH_CHUNK does, but a run of chunks with
  * no slot is one step (slot NULL, n its bytes).  The body may continue
  * or return, not break. */
@@ -562,10 +553,8 @@ mem_close (struct s4k_store *s)
 
 static const struct s4k_store_ops mem_ops = {
   .name = "memory",
-  .lockfree_reads = true,
   .read = mem_read,
   .write = mem_write,
-  .merge = mem_merge,
   .zero = mem_zero,
   .trim = mem_trim,
   .flush = mem_flush,
@@ -594,6 +583,8 @@ s4k_mem_store_new (const struct s4k_geometry *g, char *err, size_t errlen)
     return NULL;
   }
   m->base.ops = &mem_ops;
+  m->base.lockfree_reads = true;        /* see the top */
+  m->base.partial_writes = true;        /* a write copies just its bytes */
   m->size = g->size;
   m->shift = shift;
   m->chunk = chunk;

@@ -1,5 +1,9 @@
 /* Upstream store: whole physical sectors of another NBD server's export,
- * through libnbd's synchronous API (upstream=URI).
+ * through libnbd's synchronous API (upstream=URI).  Where the export's
+ * minimum block size allows it (and upstream-partial-writes= is not
+ * false), a write that cuts physical sectors goes upstream as it is
+ * (partial_writes in store.h): the upstream merges it, one round trip
+ * instead of a read and a write.
  *
  * Requests run in parallel over a pool of upstream connections
  * (upstream-connections=, default 4): a request takes a free one, or
@@ -398,7 +402,8 @@ probe (struct nbd_store *u, const struct s4k_config *c, uint64_t *size,
               g->alignment);
     return -1;
   }
-  if (nbd_is_read_only (h) == 1 && !c->readonly) {
+  const bool ro = nbd_is_read_only (h) == 1;
+  if (ro && !c->readonly && !c->readonly_per_connection) {
     snprintf (err, errlen, "upstream=%s: the export is read-only; serve "
               "it read-only (sect4k-server -r)", u->uri);
     return -1;
@@ -425,7 +430,8 @@ probe (struct nbd_store *u, const struct s4k_config *c, uint64_t *size,
   if (min > 0)
     chunk = chunk / min * min;
   u->chunk = chunk ? chunk : (uint64_t) min;
-  u->readonly = c->readonly;
+  u->readonly = c->readonly || ro;
+  u->base.partial_writes = s4k_upstream_partial_writes (c, min > 0 ? min : 0);
   u->multi_conn = nbd_can_multi_conn (h) == 1;
   u->can_flush = nbd_can_flush (h) == 1;
   u->can_fua = nbd_can_fua (h) == 1;
@@ -441,7 +447,8 @@ probe (struct nbd_store *u, const struct s4k_config *c, uint64_t *size,
     }
   }
   snprintf (u->info, sizeof u->info, "upstream=%s: %" PRId64 " bytes, %u "
-            "connection(s)%s, flush %s, fua %s, zero %s, extents %s, %s",
+            "connection(s)%s, flush %s, fua %s, zero %s, extents %s, "
+            "partial writes %s, %s",
             u->uri, esize, u->n,
             u->multi_conn ? " (multi-conn)" : " (no multi-conn: flush "
             "goes to each)",
@@ -450,6 +457,9 @@ probe (struct nbd_store *u, const struct s4k_config *c, uint64_t *size,
             u->can_zero ? (u->can_fast_zero ? "fast" : "yes")
                         : "by writing zeroes",
             u->can_extents ? "yes" : "no",
+            u->base.partial_writes ? "yes"
+            : !c->partial_writes ? "no (upstream-partial-writes=false)"
+            : "no (whole minimum blocks)",
             u->readonly ? "read-only" : "read-write");
   return 0;
 }

@@ -43,6 +43,14 @@ static char description[256];
 /* The next layer of the request this thread is running. */
 static _Thread_local nbdkit_next *tl_next;
 
+/* Store calls outside a request (the fault layer writing its cache back
+ * when the device closes at unload) have no next layer to call: they
+ * fail with EIO rather than crash. */
+#define NEXT_OR_EIO(next)                       \
+  nbdkit_next *next = tl_next;                  \
+  if (!next)                                    \
+    return -EIO
+
 struct handle {
   atomic_bool refused_once;     /* atomic: parallel worker threads */
 };
@@ -51,6 +59,7 @@ struct handle {
 
 struct next_store {
   struct s4k_store base;
+  char info[128];
   uint32_t chunk;               /* largest read or write passed down */
   char *zeroes;                 /* for a next layer without zero */
   size_t zeroes_len;
@@ -60,7 +69,7 @@ static int
 next_read (struct s4k_store *s, const struct s4k_io *io, unsigned n)
 {
   struct next_store *ns = (struct next_store *) s;
-  nbdkit_next *next = tl_next;
+  NEXT_OR_EIO (next);
   int err = 0;
   for (unsigned i = 0; i < n; i++)
     for (uint64_t done = 0; done < io[i].len; ) {
@@ -115,10 +124,11 @@ next_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
             bool fua)
 {
   struct next_store *ns = (struct next_store *) s;
+  NEXT_OR_EIO (next);
   int r = 0;
   for (unsigned i = 0; i < n && r == 0; i++)
-    r = write_next (ns, tl_next, io[i].buf, io[i].len, io[i].off, fua, 0);
-  return r ? r : fua_flush (tl_next, fua);
+    r = write_next (ns, next, io[i].buf, io[i].len, io[i].off, fua, 0);
+  return r ? r : fua_flush (next, fua);
 }
 
 /* A trim is a zero that may punch holes: sect4k's trimmed sectors read
@@ -128,7 +138,7 @@ next_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
            bool fua)
 {
   struct next_store *ns = (struct next_store *) s;
-  nbdkit_next *next = tl_next;
+  NEXT_OR_EIO (next);
   int err = 0;
   if (next->can_zero (next) == NBDKIT_ZERO_NONE) {
     int r = write_next (ns, next, ns->zeroes, len, off, fua, ns->zeroes_len);
@@ -153,7 +163,7 @@ next_trim (struct s4k_store *s, uint64_t len, uint64_t off, bool fua)
 static int
 next_flush (struct s4k_store *s)
 {
-  nbdkit_next *next = tl_next;
+  NEXT_OR_EIO (next);
   int err = 0;
   (void) s;
   if (next->can_flush (next) == 1 && next->flush (next, 0, &err) == -1)
@@ -165,7 +175,7 @@ static int
 next_extents (struct s4k_store *s, uint64_t len, uint64_t off,
               s4k_extent_fn *fn, void *opaque)
 {
-  nbdkit_next *next = tl_next;
+  NEXT_OR_EIO (next);
   (void) s;
   if (next->can_extents (next) != 1)
     return fn (opaque, off, len, false) < 0 ? -EIO : 0;
@@ -209,8 +219,15 @@ next_close (struct s4k_store *s)
   free (ns);
 }
 
+static const char *
+next_info (const struct s4k_store *s)
+{
+  return ((const struct next_store *) s)->info;
+}
+
 static const struct s4k_store_ops next_ops = {
   .name = "nbdkit filter: the next layer",
+  .info = next_info,
   .read = next_read,
   .write = next_write,
   .zero = next_zero,
@@ -332,10 +349,19 @@ make_dev (nbdkit_next *next)
     chunk = chunk / min * min;
   if (ns) {
     ns->base.ops = &next_ops;
+    /* A plugin that says no minimum block size takes any byte range
+     * (nbdkit passes it every request, as the NBD spec's default of 1). */
+    ns->base.partial_writes = s4k_upstream_partial_writes (&c, min);
     ns->chunk = chunk ? chunk : min;
     ns->zeroes_len = g->physical > (1u << 20) ? g->physical : 1u << 20;
     ns->zeroes = calloc (1, ns->zeroes_len);
   }
+  if (ns)
+    snprintf (ns->info, sizeof ns->info, "the next layer: minimum block "
+              "size %" PRIu32 ", partial writes %s", min,
+              ns->base.partial_writes ? "yes"
+              : !c.partial_writes ? "no (upstream-partial-writes=false)"
+              : "no (whole minimum blocks)");
   if (!ns || !ns->zeroes) {
     nbdkit_error ("out of memory");
     free (ns);
@@ -356,6 +382,7 @@ make_dev (nbdkit_next *next)
   s4k_dev_start (dev);
   nbdkit_debug ("sect4k: %s, size %" PRIu64 " over the plugin's %" PRId64,
                 description, c.geom.size, size);
+  nbdkit_debug ("sect4k: %s", s4k_dev_store_info (dev));
   return 0;
 }
 

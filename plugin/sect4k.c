@@ -43,6 +43,9 @@ static void
 sect4k_load (void)
 {
   s4k_exports_init (&exports);
+  /* nbdkit -r reaches open, not config: a read-only upstream is opened
+   * read-only, and open refuses writable connections to it. */
+  exports.readonly_per_connection = true;
 }
 
 static void
@@ -126,6 +129,7 @@ sect4k_dump_plugin (void)
   printf ("sect4k_max_request_max=%u\n", S4K_MAX_MAX_REQUEST);
   printf ("sect4k_models=512n,512e,512e-xp,4kn\n");
   printf ("sect4k_stores=memory,file,upstream\n");
+  printf ("sect4k_upstream_partial_writes=yes\n");
 }
 
 /* Without export=, any name reaches the one export, as nbdkit's own
@@ -153,7 +157,6 @@ sect4k_default_export (int readonly, int is_tls)
 static void *
 sect4k_open (int readonly)
 {
-  (void) readonly;
   const struct s4k_export *e = &exports.v[0];
   if (exports.named) {
     const char *name = nbdkit_export_name ();
@@ -165,6 +168,14 @@ sect4k_open (int readonly)
       nbdkit_error ("%s", msg);
       return NULL;
     }
+  }
+  /* A read-only upstream is the user's to ask for, as with
+   * sect4k-server -r.  (A file that cannot be written is served
+   * read-only as it is, like a disk on a read-only mount.) */
+  if (!readonly && e->cfg.upstream && s4k_dev_readonly (e->dev)) {
+    nbdkit_error ("upstream=%s: the export is read-only; serve it "
+                  "read-only (nbdkit -r)", e->cfg.upstream);
+    return NULL;
   }
   struct handle *h = calloc (1, sizeof *h);
   if (!h) {

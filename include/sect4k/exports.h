@@ -27,6 +27,7 @@ struct s4k_export {
 struct s4k_exports {
   struct s4k_config defaults;
   bool readonly;                /* set by the front end before finish */
+  bool readonly_per_connection; /* the same (see s4k_config) */
   bool named;                   /* export= or exports= given */
   bool presets_added;           /* exports= turned into exports */
   char *presets;                /* exports= value (copy), or NULL */

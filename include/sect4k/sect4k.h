@@ -122,6 +122,13 @@ struct s4k_config {
   uint32_t max_request;
   bool strict;
   bool readonly;              /* set by the front end (nbdkit -r, server -r) */
+  bool readonly_per_connection;  /* set by a front end that learns
+                                 read-only only when a client connects
+                                 (the plugin: nbdkit -r reaches open, not
+                                 config): a store that can only be read
+                                 (a read-only upstream) is served
+                                 read-only, and the front end refuses
+                                 writable connections to it */
   const char *model;          /* preset name or NULL */
   /* Which keys the user gave, so presets never override them. */
   bool have_size, have_logical, have_physical, have_alignment,
@@ -131,11 +138,16 @@ struct s4k_config {
   const char *file;           /* NULL: memory store */
   bool direct;                /* O_DIRECT */
   bool no_uring;              /* io=sync, or SECT4K_NO_URING=1 */
-  /* Upstream store (upstream=, upstream-connections=). */
+  /* Upstream store (upstream=, upstream-connections=,
+   * upstream-partial-writes=). */
   const char *upstream;       /* NBD URI; NULL: not upstream */
   uint32_t upstream_connections;  /* 0: the default */
-  bool store_sized;           /* the front end's store gives the size
-                                 (the nbdkit filter): size= not needed */
+  bool partial_writes;        /* the upstream may get writes that cut
+                                 sectors (default true) */
+  bool have_partial_writes;
+  bool store_sized;           /* the front end's store is an upstream
+                                 that gives the size (the nbdkit
+                                 filter's next layer): size= not needed */
   /* Statistics (statsfile=, stats-interval=, stats=). */
   const char *statsfile;      /* JSON written at close and every interval */
   uint32_t stats_interval;    /* seconds; 0: at close only */

@@ -214,7 +214,8 @@ open_twin (const struct geom *g, const char *path, struct deferred **deferred)
   struct deferred *st = calloc (1, sizeof *st);
   if (!st || !(st->inner = s4k_mem_store_new (&c.geom, err, sizeof err)))
     bail ("memory store: %s", st ? err : "out of memory");
-  st->base = (struct s4k_store) { &deferred_ops, true };
+  st->base = (struct s4k_store) { .ops = &deferred_ops, .async = true,
+                                  .partial_writes = true };
   *deferred = st;
   if (s4k_dev_new (&d, &c, &st->base, err, sizeof err) < 0)
     bail ("%s", err);

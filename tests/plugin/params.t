@@ -63,8 +63,9 @@ ok $? "--help gives defaults"
 dump=$(nbdkit_san "$SECT4K_PLUGIN" --dump-plugin 2>&1)
 printf '%s' "$dump" | grep -q '^sect4k_version=[0-9]' &&
   printf '%s' "$dump" | grep -q '^thread_model=parallel' &&
-  printf '%s' "$dump" | grep -q '^sect4k_physical_max=33554432'
-ok $? "--dump-plugin shows version, thread model and limits"
+  printf '%s' "$dump" | grep -q '^sect4k_physical_max=33554432' &&
+  printf '%s' "$dump" | grep -q '^sect4k_upstream_partial_writes=yes'
+ok $? "--dump-plugin shows version, thread model, limits and capabilities"
 
 # The magic key: 'nbdkit sect4k.so 1G' means size=1G.
 need nbdinfo

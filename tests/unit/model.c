@@ -197,7 +197,7 @@ run_model (uint32_t L, uint32_t P, uint32_t A, uint64_t size, int strict,
   c.geom = G;
   c.strict = strict;
   c.max_request = S4K_DEFAULT_MAX_REQUEST;
-  struct rec_store rec = { { &rec_ops, false }, s4k_mem_store_new (&G, err, sizeof err),
+  struct rec_store rec = { { .ops = &rec_ops }, s4k_mem_store_new (&G, err, sizeof err),
                            0, 0, 0, 0, 0 };
   struct s4k_dev *d;
   if (!rec.inner || s4k_dev_new (&d, &c, &rec.base, err, sizeof err) < 0)

@@ -1,10 +1,10 @@
 /* Reads take the shared sector lock unless the store sets lockfree_reads
  * (issue 17): over a store that does not, a read never reaches the store
  * while a read-modify-write of the same physical sector is inside it.
- * The store here is the memory store behind a wrapper that clears the
- * flag and the merge operation (as a fault layer or the file store
- * would) and whose writes linger, so an unlocked read would land in the
- * middle of one. */
+ * The store here is the memory store behind a wrapper that sets neither
+ * lockfree_reads nor partial_writes (as a fault layer or the file store)
+ * and whose writes linger, so an unlocked read would land in the middle
+ * of one. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>

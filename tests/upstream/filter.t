@@ -1,8 +1,10 @@
 #!/bin/bash
 # nbdkit-sect4k-filter over nbdkit's memory and file plugins: the
 # geometry reaches the client, the contended-RMW torture passes with
-# exact verification, the statistics count the RMWs, and the checks
-# (the plugin's minimum block size) refuse in one line.
+# exact verification (with partial writes over memory, whole-sector RMW
+# with upstream-partial-writes=false over file), the statistics count
+# the RMWs, and the checks (the plugin's minimum block size) refuse in
+# one line.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
 need nbdkit nbdinfo python3
@@ -16,7 +18,8 @@ rounds=20
 for plugin in memory file; do
   case $plugin in
     memory) args="memory size=64M" ;;
-    file) truncate -s 64M "$tmpdir/disk.img"; args="file $tmpdir/disk.img" ;;
+    file) truncate -s 64M "$tmpdir/disk.img"
+          args="file $tmpdir/disk.img upstream-partial-writes=false" ;;
   esac
   start_nbdkit f-$plugin --filter="$filter" $args model=512e-xp \
     statsfile="$tmpdir/$plugin.json" || exit 1

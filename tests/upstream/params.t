@@ -1,7 +1,9 @@
 #!/bin/bash
 # The upstream store's checks and fallbacks: refusals in one line (an
 # upstream whose minimum block size does not divide the physical sector,
-# a read-only upstream, size= larger than the export, bad keys and URIs),
+# a read-only upstream unless served read-only: sect4k-server -r at
+# start, nbdkit -r, which the plugin learns only when a client connects,
+# at open; size= larger than the export, bad keys and URIs),
 # the size taken from the export, write-zeroes emulated for an upstream
 # without it, and extents rounded to whole physical sectors.
 . "$(dirname "$0")/../lib.sh"
@@ -40,14 +42,21 @@ for front in server plugin; do
   refused $front "an upstream whose minimum block size does not divide physical" \
     "minimum block size 8192 does not divide physical=4096" \
     upstream="$min8k" physical=4096
-  refused $front "a read-only upstream" "the export is read-only" \
-    upstream="$ro" model=512e
+  [ $front = server ] &&
+    refused $front "a read-only upstream without -r" "the export is read-only" \
+      upstream="$ro" model=512e
   refused $front "size= larger than the export" "size=134217728: larger than the upstream" \
     upstream="$plain" size=128M
   refused $front "file= with upstream=" "give one of the two" \
     upstream="$plain" file="$tmpdir/x.img"
   refused $front "upstream-connections=0" "upstream-connections=0: must be" \
     upstream="$plain" upstream-connections=0
+  refused $front "upstream-partial-writes= without upstream=" \
+    "upstream-partial-writes=false: needs upstream=" size=1M \
+    upstream-partial-writes=false
+  refused $front "upstream-partial-writes=maybe" \
+    "upstream-partial-writes=maybe: not a boolean" upstream="$plain" \
+    upstream-partial-writes=maybe
   refused $front "an upstream nobody serves" "cannot connect" \
     upstream="nbd+unix:///?socket=$tmpdir/nobody.sock"
 done
@@ -60,6 +69,20 @@ start_server ro-r -r upstream="$ro" model=512e || exit 1
 nbdinfo "$uri" | grep -q "is_read_only: true"
 ok $? "sect4k-server -r serves a read-only upstream, read-only"
 stop_server
+# The plugin cannot know -r at config time: it starts, refuses writable
+# connections in one line, and serves nbdkit -r read-only.
+start_nbdkit ro-plugin "$SECT4K_PLUGIN" upstream="$ro" model=512e || exit 1
+! nbdinfo "$uri" >/dev/null 2>&1 &&
+  grep -q "upstream=.*: the export is read-only; serve it read-only (nbdkit -r)" \
+    "$tmpdir/ro-plugin.log"
+ok $? "the plugin refuses a writable connection to a read-only upstream"
+diag "$(grep -m1 "read-only" "$tmpdir/ro-plugin.log")"
+stop_nbdkit
+start_nbdkit ro-plugin-r -r "$SECT4K_PLUGIN" upstream="$ro" model=512e || exit 1
+nbdinfo "$uri" | grep -q "is_read_only: true" &&
+  qemu-io -r -f raw "$uri" -c 'read -P 0 0 4k' >/dev/null 2>&1
+ok $? "nbdkit -r serves a read-only upstream, read-only"
+stop_nbdkit
 start_server small upstream="$plain" size=32M upstream-connections=2 || exit 1
 [ "$(nbdinfo --size "$uri")" = 33554432 ]
 ok $? "size=32M over a 64M export serves 32M"

@@ -1,7 +1,9 @@
 #!/bin/bash
 # The contended-RMW torture (tests/plugin/torture.c, exact verification)
 # through the upstream store, over nbdkit memory and over qemu-nbd
-# serving a qcow2 image, with both front ends.
+# serving a qcow2 image, with both front ends, in both modes: writes
+# that cut sectors sent upstream as they are (partial writes, the
+# default) and whole-sector RMW (upstream-partial-writes=false).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
 need_fronts client-torture
@@ -10,18 +12,22 @@ rounds=10                  # 8 writers x 256 sectors x 10 rounds: 20,000 RMWs
 
 for up in memory qcow2; do
   for front in plugin server; do
-    if ! have_upstream $up; then
-      skip_one "$up upstream: not installed"; skip_one ""; continue
-    fi
-    start_upstream $up up-$up-$front || exit 1
-    start_front $front $up-$front upstream="$up_uri" model=512e-xp || exit 1
-    timeout 300 "$client" "$uri" 512 4096 3584 256 $rounds 16 | sed "s/^/# /"
-    st=${PIPESTATUS[0]}
-    ok $st "512e-xp torture, $front over $up"
-    stop_front $front; sst=$?
-    ok $sst "$front exited cleanly ($sst)"
-    [ "$sst" = 0 ] || diag "$(tail -20 "$tmpdir/$up-$front.log")"
-    stop_upstream
+    for pw in true false; do
+      if ! have_upstream $up; then
+        skip_one "$up upstream: not installed"; skip_one ""; continue
+      fi
+      n=$up-$front-$pw
+      start_upstream $up up-$n || exit 1
+      start_front $front $n upstream="$up_uri" model=512e-xp \
+        upstream-partial-writes=$pw || exit 1
+      timeout 300 "$client" "$uri" 512 4096 3584 256 $rounds 16 | sed "s/^/# /"
+      st=${PIPESTATUS[0]}
+      ok $st "512e-xp torture, $front over $up, upstream-partial-writes=$pw"
+      stop_front $front; sst=$?
+      ok $sst "$front exited cleanly ($sst)"
+      [ "$sst" = 0 ] || diag "$(tail -20 "$tmpdir/$n.log")"
+      stop_upstream
+    done
   done
 done
 done_testing
