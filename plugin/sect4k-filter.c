@@ -243,7 +243,8 @@ static const struct s4k_store_ops next_ops = {
 /* Keys of the plugin that do not apply here: the next layer is the
  * store. */
 static const char *const not_ours[] = {
-  "size", "file", "direct", "io", "upstream", "upstream-connections", NULL
+  "size", "file", "direct", "io", "upstream", "upstream-connections",
+  "export", "exports", NULL
 };
 
 static bool
@@ -290,6 +291,12 @@ sect4k_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
                const char *key, const char *value)
 {
   char err[512];
+  /* The filter serves one device: over the next layer's one export. */
+  if (strcmp (key, "export") == 0 || strcmp (key, "exports") == 0) {
+    nbdkit_error ("%s=: the sect4k filter serves one device (the plugin "
+                  "serves several exports)", key);
+    return -1;
+  }
   if (!ours (key))
     return next (nxdata, key, value);
   if (s4k_config_set (&cfg, key, value, err, sizeof err) == -1) {

@@ -57,4 +57,14 @@ nbdinfo "nbd+unix:///?socket=$tmpdir/r.sock" >/dev/null 2>&1
 ok $? "a plugin whose minimum block size does not divide physical is refused"
 diag "$(grep -m1 "minimum block size" "$tmpdir/r.log")"
 kill $rpid 2>/dev/null; wait $rpid 2>/dev/null
+
+# The filter serves one device: export= and exports= are refused in one
+# line, and its --help does not offer them.
+for key in export=a exports=512n; do
+  out=$(timeout 20 nbdkit --filter="$filter" memory 1M "$key" --run true 2>&1)
+  [ $? != 0 ] && grep -q "${key%%=*}=: the sect4k filter serves one device" <<<"$out"
+  ok $? "$key is refused in one line"
+done
+! nbdkit --filter="$filter" memory --help 2>&1 | grep -q '^export'
+ok $? "the filter's --help does not offer export= or exports="
 done_testing
