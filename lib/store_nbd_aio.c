@@ -146,6 +146,16 @@ loop_of (const struct s4k_store_req *q)
   return loop_get ((struct nbd_store *) q->store, q->loop);
 }
 
+/* A command's completion callback records its result; its free
+ * function, which libnbd calls exactly once whatever happened (also when
+ * the call that would send it fails, before or after queueing it), ends
+ * it.  So a command is counted in flight before it is sent. */
+static void
+cmd_free (void *opaque)
+{
+  cmd_end (opaque);
+}
+
 static int
 cmd_done (void *opaque, int *error)
 {
@@ -154,7 +164,6 @@ cmd_done (void *opaque, int *error)
     note_error (q, cmd_error (*error));
   else if (q->kind != S4K_REQ_READ)
     mark_write ((struct nbd_store *) q->store, &loop_of (q)->mark);
-  cmd_end (q);
   return 1;
 }
 
@@ -165,14 +174,13 @@ aio_send (void *arg, enum cmd cmd, char *buf, uint64_t len, uint64_t off,
 {
   struct aio_arg *a = arg;
   struct nbd_handle *h = a->al->h;
-  nbd_completion_callback cb = { .callback = cmd_done, .user_data = a->q };
+  nbd_completion_callback cb = { .callback = cmd_done, .user_data = a->q,
+                                 .free = cmd_free };
+  a->q->inflight++;
   int64_t r = cmd == CMD_READ ? nbd_aio_pread (h, buf, len, off, cb, flags)
               : cmd == CMD_WRITE ? nbd_aio_pwrite (h, buf, len, off, cb, flags)
               : nbd_aio_zero (h, len, off, cb, flags);
-  if (r == -1)                  /* not sent: libnbd calls no callback */
-    return cmd_error (nbd_get_errno ());
-  a->q->inflight++;
-  return 0;
+  return r == -1 ? cmd_error (nbd_get_errno ()) : 0;
 }
 
 /* A flush for q on its loop's connection. */
@@ -186,7 +194,6 @@ flush_done (void *opaque, int *error)
   else
     mark_flushed (u, &loop_of (q)->mark,
                   (struct flush_cover) { q->piece[1].off, q->piece[1].left });
-  cmd_end (q);
   return 1;
 }
 static int
@@ -195,11 +202,11 @@ send_flush (struct aloop *al, struct s4k_store_req *q)
   struct flush_cover c = mark_cover (al->u, &al->mark);
   q->piece[1].off = c.last;
   q->piece[1].left = c.clock;
-  nbd_completion_callback cb = { .callback = flush_done, .user_data = q };
-  if (nbd_aio_flush (al->h, cb, 0) == -1)
-    return cmd_error (nbd_get_errno ());
+  nbd_completion_callback cb = { .callback = flush_done, .user_data = q,
+                                 .free = cmd_free };
   q->inflight++;
-  return 0;
+  return nbd_aio_flush (al->h, cb, 0) == -1 ? cmd_error (nbd_get_errno ())
+                                             : 0;
 }
 
 /* Sends q's commands on the loop's connection (connected). */
@@ -434,6 +441,7 @@ struct xflush {
     struct xflush *x;
     struct aloop *al;
     struct flush_cover cover;
+    int err;
   } sub[MAX_LOOPS];
 };
 
@@ -463,10 +471,16 @@ static int
 sub_done (void *opaque, int *error)
 {
   struct xsub *s = opaque;
+  s->err = *error ? cmd_error (*error) : 0;
   if (!*error)
     mark_flushed (s->al->u, &s->al->mark, s->cover);
-  xflush_put (s->x, *error ? cmd_error (*error) : 0);
   return 1;
+}
+static void
+sub_free (void *opaque)
+{
+  struct xsub *s = opaque;
+  xflush_put (s->x, s->err);
 }
 
 /* On the loop asked: flushes its connection if it is still dirty (a
@@ -486,9 +500,10 @@ sub_run (struct s4k_completion *c, int res)
     return;
   }
   s->cover = mark_cover (al->u, &al->mark);
-  nbd_completion_callback cb = { .callback = sub_done, .user_data = s };
-  if (nbd_aio_flush (al->h, cb, 0) == -1)
-    xflush_put (s->x, cmd_error (nbd_get_errno ()));
+  s->err = -EIO;                /* unless it is answered */
+  nbd_completion_callback cb = { .callback = sub_done, .user_data = s,
+                                 .free = sub_free };
+  nbd_aio_flush (al->h, cb, 0);
   after_io (al);
 }
 
