@@ -5,14 +5,14 @@
 # parallel), 8 requests at once finish in about one round trip (two for
 # an RMW), not 8.  A loop that blocked on each would need at least 8
 # DELAY for the reads and 16 for the 512-byte writes; the limits are
-# half of that.
+# half of that (the rest is slack for a loaded machine and sanitizers).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
 need nbdkit
 need_server
 py=/usr/bin/python3
 $py -c 'import nbd' 2>/dev/null || skip_all "python3-libnbd is not installed"
-delay=200                       # ms
+delay=300                       # ms
 
 start_nbdkit up --filter=delay memory 64M rdelay=${delay}ms \
   wdelay=${delay}ms || exit 1
