@@ -9,8 +9,8 @@
 #   blocksize   nbdkit --filter=blocksize --filter=delay memory (minblock=4096)
 #   upstream    the delayed upstream alone (no RMW: the 4 KiB reference)
 #   plugin      nbdkit + sect4k.so upstream=URI (upstream-connections=JOBS)
-#   server      sect4k-server upstream=URI (--threads JOBS: its loops
-#               block on the synchronous upstream store)
+#   server      sect4k-server upstream=URI (--threads 2: a connection per
+#               loop, every request in flight on it at once)
 #   filter      nbdkit --filter=sect4k-filter.so --filter=delay memory
 #
 # Usage: scripts/bench/upstream.sh SERVER PLUGIN FILTER
@@ -62,7 +62,7 @@ serve plugin nbdkit -f -U "$dir/plugin.sock" "$plugin" upstream="$(sock up)" \
   upstream-connections="$JOBS" model=512e
 run plugin
 upstream
-serve server "$server" --unix "$dir/server.sock" --threads "$JOBS" \
+serve server "$server" --unix "$dir/server.sock" --threads 2 \
   upstream="$(sock up)" upstream-connections="$JOBS" model=512e
 run server
 serve filter nbdkit -f -U "$dir/filter.sock" --filter="$filter" \
