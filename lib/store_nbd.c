@@ -1,26 +1,32 @@
-/* Upstream store: whole physical sectors of another NBD server's export,
- * through libnbd's synchronous API (upstream=URI).  Where the export's
- * minimum block size allows it (and upstream-partial-writes= is not
- * false), a write that cuts physical sectors goes upstream as it is
- * (partial_writes in store.h): the upstream merges it, one round trip
- * instead of a read and a write.
+/* Upstream store: the sectors of another NBD server's export
+ * (upstream=URI), through libnbd.
  *
- * Requests run in parallel over a pool of upstream connections
+ * Two paths.  The synchronous calls (the plugin's threads; block status
+ * everywhere) run over a pool of upstream connections
  * (upstream-connections=, default 4): a request takes a free one, or
- * waits for one.  The engine holds the sector locks, so two requests on
- * different connections never touch the same sector at once, and a
- * sector is read only after the write before it was acknowledged.
+ * waits for one.  Event loops (sect4k-server) submit requests instead,
+ * each to its own connection driven through its ring
+ * (store_nbd_aio.c).  The engine holds the sector locks, so two
+ * requests on different connections never touch the same sector at
+ * once, and a sector is read only after the write before it was
+ * acknowledged.
  *
  * Flush: with multi-conn the upstream promises that a flush on one
- * connection covers the writes completed on all of them.  Without it,
- * a flush goes to every connection of the pool in turn.  FUA goes as
- * FUA, or (upstream without FUA) as a flush of the same connection after
- * the write.
+ * connection covers the writes completed on all of them.  Without it, a
+ * flush goes to every connection with writes no flush covered (the
+ * marks, store_nbd_priv.h).  FUA goes as FUA, or (upstream without FUA)
+ * as a flush of the same connection after the write.
  *
  * A connection that fails (the upstream died or restarted) is closed:
- * its request gets EIO and the next request that picks it connects
- * again.  If it had writes no flush covered, the next flush fails with
- * EIO too, since they may be gone. */
+ * its requests get EIO and the next request connects again.  If it had
+ * writes no flush covered, the next flush fails with EIO too, since they
+ * may be gone.
+ *
+ * Partial writes: where the export's minimum block size allows it (and
+ * upstream-partial-writes= is not false), a write that cuts physical
+ * sectors goes upstream as it is (partial_writes in store.h), on either
+ * path: the upstream merges it, one round trip instead of a read and a
+ * write. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -34,33 +40,7 @@
 #include "sect4k/extents.h"
 #include "sect4k/sect4k.h"
 #include "store_nbd.h"
-
-#define MAX_CONNECTIONS 64
-#define ZERO_CHUNK (1u << 30)    /* largest zero sent at once */
-
-struct conn {
-  pthread_mutex_t lock;
-  struct nbd_handle *h;          /* NULL: connect at the next use */
-  bool dirty;                    /* writes since the last flush */
-};
-
-struct nbd_store {
-  struct s4k_store base;
-  char *uri;
-  struct s4k_geometry g;
-  unsigned n;
-  struct conn conns[MAX_CONNECTIONS];
-  _Atomic unsigned next;
-  uint64_t export_size;
-  uint32_t chunk;                /* largest read or write sent at once */
-  bool multi_conn, can_flush, can_fua, can_zero, can_fast_zero,
-       can_extents, readonly;
-  _Atomic bool lost_writes;      /* a dirty connection died */
-  _Atomic uint64_t reconnects;
-  char *zeroes;                  /* for upstreams without write-zeroes */
-  size_t zeroes_len;
-  char info[512];
-};
+#include "store_nbd_priv.h"
 
 static struct nbd_handle *
 connect_upstream (const char *uri, char *err, size_t errlen)
@@ -78,6 +58,13 @@ connect_upstream (const char *uri, char *err, size_t errlen)
     return NULL;
   }
   return h;
+}
+
+bool
+up_export_ok (struct nbd_store *u, struct nbd_handle *h)
+{
+  return nbd_get_size (h) >= (int64_t) u->g.size &&
+         (u->readonly || nbd_is_read_only (h) != 1);
 }
 
 /* A connection of the pool, locked and connected; NULL (and *r) if it
@@ -100,9 +87,7 @@ get_conn (struct nbd_store *u, int *r)
   if (!c->h) {
     char err[256];
     c->h = connect_upstream (u->uri, err, sizeof err);
-    /* The export must still be the one the device was built on. */
-    if (c->h && (nbd_get_size (c->h) < (int64_t) u->g.size ||
-                 (!u->readonly && nbd_is_read_only (c->h) == 1))) {
+    if (c->h && !up_export_ok (u, c->h)) {
       nbd_close (c->h);
       c->h = NULL;
     }
@@ -116,119 +101,125 @@ get_conn (struct nbd_store *u, int *r)
   return c;
 }
 
-/* Ends a command on c: turns libnbd's -1 into -errno, and closes a
- * connection that died (its request gets EIO). */
-static int
-check (struct nbd_store *u, struct conn *c, int r)
+int
+up_check (struct nbd_store *u, struct conn *c, int r)
 {
   if (r != -1)
     return 0;
   int e = nbd_get_errno ();
   if (nbd_aio_is_dead (c->h) || nbd_aio_is_closed (c->h) ||
       !nbd_aio_is_ready (c->h)) {
-    if (c->dirty)
-      atomic_store (&u->lost_writes, true);
+    mark_lost (u, &c->mark);
     nbd_close (c->h);
     c->h = NULL;
-    c->dirty = false;
     return -EIO;
   }
   return -(e > 0 ? e : EIO);
 }
 
+int
+up_send_range (struct nbd_store *u, send_fn *send, void *arg, enum cmd cmd,
+               char *buf, uint64_t len, uint64_t off, bool fua,
+               bool may_trim)
+{
+  uint32_t flags = fua && u->can_fua ? LIBNBD_CMD_FLAG_FUA : 0;
+  uint64_t step = u->chunk;
+  bool same_buf = false;
+  if (cmd == CMD_ZERO && !u->can_zero) {
+    cmd = CMD_WRITE;
+    buf = u->zeroes;
+    same_buf = true;
+    if (step > u->zeroes_len)
+      step = u->zeroes_len;
+  }
+  else if (cmd == CMD_ZERO) {
+    /* Zero and trim: sect4k's trimmed sectors read as zeroes (the
+     * torture and the other stores rely on it), and NBD_CMD_TRIM leaves
+     * the contents undefined, so a trim is a write-zeroes that may punch
+     * holes. */
+    step = ZERO_CHUNK;
+    if (!may_trim)
+      flags |= LIBNBD_CMD_FLAG_NO_HOLE;
+  }
+  int r = 0;
+  for (uint64_t done = 0; done < len && r == 0; done += step) {
+    uint64_t n = len - done < step ? len - done : step;
+    r = send (arg, cmd, buf && !same_buf ? buf + done : buf, n, off + done,
+              flags);
+  }
+  return r;
+}
+
+/* send_fn of the synchronous path: on a locked connection of the pool. */
+struct sync_arg {
+  struct nbd_store *u;
+  struct conn *c;
+};
 static int
-nbd_store_read (struct s4k_store *s, const struct s4k_io *io, unsigned n)
+sync_send (void *arg, enum cmd cmd, char *buf, uint64_t len, uint64_t off,
+           uint32_t flags)
+{
+  struct sync_arg *a = arg;
+  struct nbd_handle *h = a->c->h;
+  int r = up_check (a->u, a->c,
+                    cmd == CMD_READ ? nbd_pread (h, buf, len, off, flags)
+                    : cmd == CMD_WRITE ? nbd_pwrite (h, buf, len, off, flags)
+                    : nbd_zero (h, len, off, flags));
+  if (r == 0 && cmd != CMD_READ)
+    mark_write (a->u, &a->c->mark);
+  return r;
+}
+
+int
+up_flush_conn (struct nbd_store *u, struct conn *c)
+{
+  struct flush_cover cover = mark_cover (u, &c->mark);
+  int r = up_check (u, c, nbd_flush (c->h, 0));
+  if (r == 0)
+    mark_flushed (u, &c->mark, cover);
+  return r;
+}
+
+/* The pieces of a read or write, or a zero, on a connection of the pool;
+ * FUA as a flush after where the upstream has no FUA. */
+static int
+sync_range (struct s4k_store *s, enum cmd cmd, const struct s4k_io *io,
+            unsigned n, bool fua, bool may_trim)
 {
   struct nbd_store *u = (struct nbd_store *) s;
   int r = 0;
   struct conn *c = get_conn (u, &r);
   if (!c)
     return r;
+  struct sync_arg a = { u, c };
   for (unsigned i = 0; i < n && r == 0; i++)
-    for (uint64_t done = 0; done < io[i].len && r == 0; ) {
-      uint64_t len = io[i].len - done < u->chunk ? io[i].len - done : u->chunk;
-      r = check (u, c, nbd_pread (c->h, (char *) io[i].buf + done, len,
-                                  io[i].off + done, 0));
-      done += len;
-    }
+    r = up_send_range (u, sync_send, &a, cmd, io[i].buf, io[i].len,
+                       io[i].off, fua, may_trim);
+  if (r == 0 && fua && !u->can_fua && u->can_flush)
+    r = up_flush_conn (u, c);
   pthread_mutex_unlock (&c->lock);
   return r;
 }
 
-/* FUA for the upstream, or a flush of c after the command. */
-static uint32_t
-fua_flag (const struct nbd_store *u, bool fua)
-{
-  return fua && u->can_fua ? LIBNBD_CMD_FLAG_FUA : 0;
-}
 static int
-fua_flush (struct nbd_store *u, struct conn *c, bool fua, int r)
+nbd_store_read (struct s4k_store *s, const struct s4k_io *io, unsigned n)
 {
-  if (r == 0 && fua && !u->can_fua && u->can_flush)
-    r = check (u, c, nbd_flush (c->h, 0));
-  return r;
-}
-
-/* Writes buf (len bytes) at off on c, in pieces the upstream takes. */
-static int
-write_on (struct nbd_store *u, struct conn *c, const char *buf,
-          uint64_t len, uint64_t off, bool fua, size_t buflen)
-{
-  int r = 0;
-  c->dirty = true;
-  for (uint64_t done = 0; done < len && r == 0; ) {
-    uint64_t n = len - done < u->chunk ? len - done : u->chunk;
-    if (buflen && n > buflen)
-      n = buflen;
-    r = check (u, c, nbd_pwrite (c->h, buflen ? buf : buf + done, n,
-                                 off + done, fua_flag (u, fua)));
-    done += n;
-  }
-  return r;
+  return sync_range (s, CMD_READ, io, n, false, false);
 }
 
 static int
 nbd_store_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
                  bool fua)
 {
-  struct nbd_store *u = (struct nbd_store *) s;
-  int r = 0;
-  struct conn *c = get_conn (u, &r);
-  if (!c)
-    return r;
-  for (unsigned i = 0; i < n && r == 0; i++)
-    r = write_on (u, c, io[i].buf, io[i].len, io[i].off, fua, 0);
-  r = fua_flush (u, c, fua, r);
-  pthread_mutex_unlock (&c->lock);
-  return r;
+  return sync_range (s, CMD_WRITE, io, n, fua, false);
 }
 
-/* Zero and trim: sect4k's trimmed sectors read as zeroes (the torture
- * and the other stores rely on it), and NBD_CMD_TRIM leaves the contents
- * undefined, so a trim is a write-zeroes that may punch holes. */
 static int
 nbd_store_zero (struct s4k_store *s, uint64_t len, uint64_t off,
                 bool may_trim, bool fua)
 {
-  struct nbd_store *u = (struct nbd_store *) s;
-  int r = 0;
-  struct conn *c = get_conn (u, &r);
-  if (!c)
-    return r;
-  if (!u->can_zero)
-    r = write_on (u, c, u->zeroes, len, off, fua, u->zeroes_len);
-  else {
-    c->dirty = true;
-    for (uint64_t done = 0; done < len && r == 0; done += ZERO_CHUNK) {
-      uint64_t n = len - done < ZERO_CHUNK ? len - done : ZERO_CHUNK;
-      r = check (u, c, nbd_zero (c->h, n, off + done,
-                                 (may_trim ? 0 : LIBNBD_CMD_FLAG_NO_HOLE) |
-                                 fua_flag (u, fua)));
-    }
-  }
-  r = fua_flush (u, c, fua, r);
-  pthread_mutex_unlock (&c->lock);
-  return r;
+  const struct s4k_io io = { NULL, len, off };
+  return sync_range (s, CMD_ZERO, &io, 1, fua, may_trim);
 }
 
 static int
@@ -237,15 +228,9 @@ nbd_store_trim (struct s4k_store *s, uint64_t len, uint64_t off, bool fua)
   return nbd_store_zero (s, len, off, true, fua);
 }
 
-static int
-flush_conn (struct nbd_store *u, struct conn *c)
-{
-  int r = 0;
-  if (c->h && (r = check (u, c, nbd_flush (c->h, 0))) == 0)
-    c->dirty = false;
-  return r;
-}
-
+/* The synchronous flush covers the pool: with multi-conn every loop's
+ * connection too; without it, the loops' connections are the
+ * asynchronous flush's (front ends use one path or the other). */
 static int
 nbd_store_flush (struct s4k_store *s)
 {
@@ -257,29 +242,17 @@ nbd_store_flush (struct s4k_store *s)
   if (!u->can_flush)
     ;                           /* the upstream writes through */
   else if (u->multi_conn) {
-    /* One flush covers the writes every connection completed before it:
-     * take their marks first, so that writes racing the flush keep
-     * theirs. */
-    bool dirty = false;
-    for (unsigned i = 0; i < u->n; i++) {
-      pthread_mutex_lock (&u->conns[i].lock);
-      dirty |= u->conns[i].dirty;
-      u->conns[i].dirty = false;
-      pthread_mutex_unlock (&u->conns[i].lock);
-    }
-    struct conn *c = dirty ? get_conn (u, &r) : NULL;
+    struct conn *c = up_any_dirty (u) ? get_conn (u, &r) : NULL;
     if (c) {
-      r = check (u, c, nbd_flush (c->h, 0));
+      r = up_flush_conn (u, c);
       pthread_mutex_unlock (&c->lock);
     }
-    if (r && dirty)
-      atomic_store (&u->lost_writes, true);
   }
   else
     for (unsigned i = 0; i < u->n; i++) {
       struct conn *c = &u->conns[i];
       pthread_mutex_lock (&c->lock);
-      int e = c->dirty ? flush_conn (u, c) : 0;
+      int e = c->h && mark_dirty (u, &c->mark) ? up_flush_conn (u, c) : 0;
       pthread_mutex_unlock (&c->lock);
       if (e && !r)
         r = e;
@@ -319,7 +292,7 @@ nbd_store_extents (struct s4k_store *s, uint64_t len, uint64_t off,
   while (w.pos < end && !w.stop && r == 0) {
     uint64_t before = w.pos;
     uint64_t n = end - w.pos < ZERO_CHUNK ? end - w.pos : ZERO_CHUNK;
-    r = check (u, c, nbd_block_status (c->h, n, w.pos,
+    r = up_check (u, c, nbd_block_status (c->h, n, w.pos,
                                        (nbd_extent_callback) {
                                          .callback = extent_cb,
                                          .user_data = &w }, 0));
@@ -353,6 +326,7 @@ static void
 nbd_store_close (struct s4k_store *s)
 {
   struct nbd_store *u = (struct nbd_store *) s;
+  up_aio_close (u);
   for (unsigned i = 0; i < u->n; i++) {
     if (u->conns[i].h) {
       nbd_shutdown (u->conns[i].h, 0);
@@ -360,6 +334,7 @@ nbd_store_close (struct s4k_store *s)
     }
     pthread_mutex_destroy (&u->conns[i].lock);
   }
+  pthread_mutex_destroy (&u->loops_lock);
   free (u->zeroes);
   free (u->uri);
   free (u);
@@ -377,6 +352,7 @@ static const struct s4k_store_ops nbd_ops = {
   .readonly = nbd_store_readonly,
   .info = nbd_store_info,
   .close = nbd_store_close,
+  .submit = up_submit,
 };
 
 /* Reads what the export offers from the first connection and checks it
@@ -475,6 +451,8 @@ s4k_nbd_store_new (const struct s4k_config *c, uint64_t *size, char *err,
     return NULL;
   }
   u->base.ops = &nbd_ops;
+  u->base.async = true;
+  pthread_mutex_init (&u->loops_lock, NULL);
   u->n = c->upstream_connections ? c->upstream_connections : 4;
   if (u->n > MAX_CONNECTIONS)
     u->n = MAX_CONNECTIONS;

@@ -595,7 +595,17 @@ worker_main (void *arg)
   w->runq_tail = &w->runq;
   arm_wake (w);
   arm_accept (w);
-  while (!w->stopping || w->conns || w->accept_busy) {
+  /* A stopped loop keeps running what is posted to it until every loop
+   * has stopped: a request on another loop may still wait for it (the
+   * upstream store asks each loop to flush its own connection). */
+  bool stopped = false;
+  for (;;) {
+    if (!stopped && w->stopping && !w->conns && !w->accept_busy) {
+      stopped = true;
+      atomic_fetch_sub (&w->s->loops_running, 1);
+    }
+    if (stopped && !atomic_load (&w->s->loops_running))
+      break;
     struct io_uring_cqe *cqe;
     struct __kernel_timespec ts = { 0, w->runq ? 0 : TICK_MS * 1000000LL };
     r = io_uring_submit_and_wait_timeout (&w->ring, &cqe, 1, &ts, NULL);
@@ -662,6 +672,10 @@ serve (struct server *s)
              strsignal (sig));
   }
   uint64_t one = 1;
+  unsigned running = 0;
+  for (unsigned i = 0; i < started; i++)
+    running += ws[i].init_error == 0;
+  atomic_store (&s->loops_running, running);
   for (unsigned i = 0; i < started; i++) {
     atomic_store (&ws[i].stop_requested, true);
     if (write (ws[i].wake_fd, &one, sizeof one) != sizeof one)

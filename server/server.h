@@ -17,6 +17,7 @@ struct server {
   unsigned idle_timeout;            /* seconds, 0: none */
   unsigned shutdown_grace;          /* seconds to flush replies on exit */
   atomic_uint connections;          /* open now */
+  atomic_uint loops_running;        /* loops not yet done stopping */
   struct conn_stats stats;          /* summed when serve returns */
   uint64_t accepted, refused;
 };

@@ -9,8 +9,8 @@
 #   blocksize   nbdkit --filter=blocksize --filter=delay memory (minblock=4096)
 #   upstream    the delayed upstream alone (no RMW: the 4 KiB reference)
 #   plugin      nbdkit + sect4k.so upstream=URI (upstream-connections=JOBS)
-#   server      sect4k-server upstream=URI (--threads JOBS: its loops
-#               block on the synchronous upstream store)
+#   server      sect4k-server upstream=URI (--threads 2: a connection per
+#               loop, every request in flight on it at once)
 #   filter      nbdkit --filter=sect4k-filter.so --filter=delay memory
 #
 # plugin, server and filter send a 512-byte write upstream as it is (one
@@ -74,7 +74,7 @@ start () {
         upstream-connections="$JOBS" model=512e $keys ;;
     server*)
       upstream
-      serve $c "$server" --unix "$dir/$c.sock" --threads "$JOBS" \
+      serve $c "$server" --unix "$dir/$c.sock" --threads 2 \
         upstream="$(sock up)" upstream-connections="$JOBS" model=512e \
         $keys ;;
     filter*)

@@ -2,15 +2,17 @@
 # The upstream killed (SIGKILL) and restarted while four clients write:
 # requests in flight fail with EIO, then service resumes on new upstream
 # connections, and no acknowledged write is lost (tests/upstream/slots.c
-# checks every slot).  Upstreams whose acknowledged writes survive their
-# own SIGKILL: nbdkit file, and qemu-nbd on qcow2 in writethrough mode.
+# checks every slot); the server also with one event loop, whose one
+# upstream connection all four share.  Upstreams whose acknowledged
+# writes survive their own SIGKILL: nbdkit file, and qemu-nbd on qcow2
+# in writethrough mode.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
 need_fronts upstream-slots
 qcow2_cache=writethrough
 
 for up in file qcow2; do
-  for front in plugin server; do
+  for front in plugin server server1; do
     if ! have_upstream $up; then
       skip_one "$up upstream: not installed"; continue
     fi

@@ -1,9 +1,11 @@
 #!/bin/bash
 # The contended-RMW torture (tests/plugin/torture.c, exact verification)
 # through the upstream store, over nbdkit memory and over qemu-nbd
-# serving a qcow2 image, with both front ends, in both modes: writes
-# that cut sectors sent upstream as they are (partial writes, the
-# default) and whole-sector RMW (upstream-partial-writes=false).
+# serving a qcow2 image, with both front ends (and the server with one
+# event loop too, --threads 1: every client's requests pipelined on its
+# one upstream connection), in both modes: writes that cut sectors sent
+# upstream as they are (partial writes, the default) and whole-sector
+# RMW (upstream-partial-writes=false).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
 need_fronts client-torture
@@ -11,7 +13,7 @@ rounds=10                  # 8 writers x 256 sectors x 10 rounds: 20,000 RMWs
 [ "${SECT4K_SAN:-}" = tsan ] && rounds=3
 
 for up in memory qcow2; do
-  for front in plugin server; do
+  for front in plugin server server1; do
     for pw in true false; do
       if ! have_upstream $up; then
         skip_one "$up upstream: not installed"; skip_one ""; continue

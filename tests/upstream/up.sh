@@ -54,12 +54,15 @@ start_upstream () {
 stop_upstream () { kill "$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null; }
 
 # start_front FRONT NAME KEYS...: sect4k as FRONT (plugin: nbdkit with
-# the plugin; server: sect4k-server); sets $uri and $pid.
+# the plugin; server: sect4k-server; server1: sect4k-server with one
+# event loop, whose one upstream connection serves every client); sets
+# $uri and $pid.
 start_front () {
   local front=$1 name=$2; shift 2
   case $front in
     plugin) start_nbdkit "$name" "$SECT4K_PLUGIN" "$@" ;;
     server) start_server "$name" "$@" ;;
+    server1) start_server "$name" --threads 1 "$@" ;;
   esac
 }
 # stop_front FRONT: SIGTERM, and its exit status (0, or 143 for

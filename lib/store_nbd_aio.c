@@ -1,0 +1,615 @@
+/* The upstream store's asynchronous path: requests an event loop
+ * (sect4k-server) submits.  Each loop has its own upstream connection,
+ * used only on the loop's thread, so nothing on the way takes a lock:
+ * commands go out with libnbd's nbd_aio_* calls, as many at once as the
+ * loop's clients send (pipelined), and the connection's socket is
+ * polled through the loop's ring (IORING_OP_POLL_ADD, in the directions
+ * libnbd asks for), so no loop waits for the network.  Connecting, at a
+ * loop's first request and again after the upstream died, goes the same
+ * way (nbd_aio_connect_uri; libnbd only looks up a TCP host name
+ * synchronously).  Requests that arrive meanwhile wait for it.
+ *
+ * libnbd calls a command's completion callback with the handle locked,
+ * and nothing may call into the handle from there: the callback only
+ * records the result, and the request goes on (a flush after the write
+ * for FUA, then req->done) from the loop's post queue.
+ *
+ * A connection that dies fails its commands in flight (EIO); it is
+ * closed, with lost_writes set if it had writes no flush covered, and
+ * the next request connects again.
+ *
+ * Flush (the marks: store_nbd_priv.h).  With multi-conn, one flush on
+ * the loop's own connection covers every connection's completed writes.
+ * Without it, each loop whose connection is dirty is asked (loop->post)
+ * to flush its own, and the client's flush ends when the last of them
+ * has; a dirty connection of the synchronous pool (not used for writes
+ * by the server) is flushed in place.  A write's mark is taken in its
+ * completion callback, before the client can see it acknowledged, so a
+ * flush received after the acknowledgement finds it. */
+#include <errno.h>
+#include <liburing.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "sect4k/sect4k.h"
+#include "store_nbd_priv.h"
+
+/* One direction's poll of a loop's connection. */
+struct apoll {
+  struct s4k_completion c;
+  struct aloop *al;
+  unsigned gen;                  /* the connection it was armed for */
+  bool busy;
+};
+
+/* A loop's connection: all but mark and loop only on the loop's thread. */
+struct aloop {
+  struct mark mark;
+  struct s4k_loop *loop;
+  struct nbd_store *u;
+  struct nbd_handle *h;          /* NULL: connect at the next request */
+  unsigned gen;                  /* counts connections */
+  bool connecting, connected_before;
+  struct apoll rd, wr;
+  /* Requests waiting for the connection, linked by piece[0].c.next. */
+  struct s4k_completion *waiting, **waiting_tail;
+};
+
+/* What a request (struct s4k_store_req) holds of the store's:
+ *   inflight         commands in flight, plus one while they are sent
+ *   err              the first error
+ *   piece[0].c       posted to the loop once no command is in flight;
+ *                    its fn is the next step (after_cmds, then req_end)
+ *   piece[1].off, .left   what a flush of it covers (struct flush_cover) */
+
+static void after_io (struct aloop *al);
+
+/* The loop's connection state, made at its first request.  NULL if the
+ * store has MAX_LOOPS already. */
+static struct aloop *
+loop_get (struct nbd_store *u, struct s4k_loop *loop)
+{
+  unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++)
+    if (u->loops[i]->loop == loop)
+      return u->loops[i];
+  struct aloop *al = NULL;
+  pthread_mutex_lock (&u->loops_lock);
+  n = atomic_load (&u->nloops);
+  if (n < MAX_LOOPS && (al = calloc (1, sizeof *al))) {
+    al->loop = loop;
+    al->u = u;
+    al->rd.al = al->wr.al = al;
+    al->waiting_tail = &al->waiting;
+    u->loops[n] = al;
+    atomic_store_explicit (&u->nloops, n + 1, memory_order_release);
+  }
+  pthread_mutex_unlock (&u->loops_lock);
+  return al;
+}
+
+bool
+up_any_dirty (struct nbd_store *u)
+{
+  for (unsigned i = 0; i < u->n; i++)
+    if (mark_dirty (u, &u->conns[i].mark))
+      return true;
+  unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++)
+    if (mark_dirty (u, &u->loops[i]->mark))
+      return true;
+  return false;
+}
+
+/* An upstream command's errno as the request's: the connection failing
+ * (ENOTCONN, ...) is EIO. */
+static int
+cmd_error (int e)
+{
+  switch (e) {
+  case EPERM: case ENOMEM: case EINVAL: case ENOSPC: case EOVERFLOW:
+  case ENOTSUP: case EROFS:
+    return -e;
+  default:
+    return -EIO;
+  }
+}
+
+static void
+note_error (struct s4k_store_req *q, int r)
+{
+  if (r && !q->err)
+    q->err = r;
+}
+
+/* One of q's commands ended (or the sending of them). */
+static void
+cmd_end (struct s4k_store_req *q)
+{
+  if (--q->inflight == 0)
+    q->loop->post (q->loop, &q->piece[0].c);
+}
+
+/* ---- commands and their completion callbacks ---------------------------- */
+
+struct aio_arg {
+  struct aloop *al;
+  struct s4k_store_req *q;
+};
+
+/* The loop's connection state, for a request of that loop. */
+static struct aloop *
+loop_of (const struct s4k_store_req *q)
+{
+  return loop_get ((struct nbd_store *) q->store, q->loop);
+}
+
+/* A command's completion callback records its result; its free
+ * function, which libnbd calls exactly once whatever happened (also when
+ * the call that would send it fails, before or after queueing it), ends
+ * it.  So a command is counted in flight before it is sent. */
+static void
+cmd_free (void *opaque)
+{
+  cmd_end (opaque);
+}
+
+static int
+cmd_done (void *opaque, int *error)
+{
+  struct s4k_store_req *q = opaque;
+  if (*error)
+    note_error (q, cmd_error (*error));
+  else if (q->kind != S4K_REQ_READ)
+    mark_write ((struct nbd_store *) q->store, &loop_of (q)->mark);
+  return 1;
+}
+
+/* send_fn of the asynchronous path. */
+static int
+aio_send (void *arg, enum cmd cmd, char *buf, uint64_t len, uint64_t off,
+          uint32_t flags)
+{
+  struct aio_arg *a = arg;
+  struct nbd_handle *h = a->al->h;
+  nbd_completion_callback cb = { .callback = cmd_done, .user_data = a->q,
+                                 .free = cmd_free };
+  a->q->inflight++;
+  int64_t r = cmd == CMD_READ ? nbd_aio_pread (h, buf, len, off, cb, flags)
+              : cmd == CMD_WRITE ? nbd_aio_pwrite (h, buf, len, off, cb, flags)
+              : nbd_aio_zero (h, len, off, cb, flags);
+  return r == -1 ? cmd_error (nbd_get_errno ()) : 0;
+}
+
+/* A flush for q on its loop's connection. */
+static int
+flush_done (void *opaque, int *error)
+{
+  struct s4k_store_req *q = opaque;
+  struct nbd_store *u = (struct nbd_store *) q->store;
+  if (*error)
+    note_error (q, cmd_error (*error));
+  else
+    mark_flushed (u, &loop_of (q)->mark,
+                  (struct flush_cover) { q->piece[1].off, q->piece[1].left });
+  return 1;
+}
+static int
+send_flush (struct aloop *al, struct s4k_store_req *q)
+{
+  struct flush_cover c = mark_cover (al->u, &al->mark);
+  q->piece[1].off = c.last;
+  q->piece[1].left = c.clock;
+  nbd_completion_callback cb = { .callback = flush_done, .user_data = q,
+                                 .free = cmd_free };
+  q->inflight++;
+  return nbd_aio_flush (al->h, cb, 0) == -1 ? cmd_error (nbd_get_errno ())
+                                             : 0;
+}
+
+/* Sends q's commands on the loop's connection (connected). */
+static void
+issue (struct aloop *al, struct s4k_store_req *q)
+{
+  struct nbd_store *u = al->u;
+  struct aio_arg a = { al, q };
+  int r = 0;
+  q->inflight++;
+  switch (q->kind) {
+  case S4K_REQ_READ:
+  case S4K_REQ_WRITE:
+    for (unsigned i = 0; i < q->n && r == 0; i++)
+      r = up_send_range (u, aio_send, &a, q->kind == S4K_REQ_READ
+                                          ? CMD_READ : CMD_WRITE,
+                         q->io[i].buf, q->io[i].len, q->io[i].off, q->fua,
+                         false);
+    break;
+  case S4K_REQ_ZERO:
+  case S4K_REQ_TRIM:
+    r = up_send_range (u, aio_send, &a, CMD_ZERO, NULL, q->io[0].len,
+                       q->io[0].off, q->fua,
+                       q->kind == S4K_REQ_TRIM || q->may_trim);
+    break;
+  case S4K_REQ_FLUSH:
+    r = send_flush (al, q);
+    break;
+  }
+  note_error (q, r);
+  cmd_end (q);
+}
+
+/* ---- the connection: connect, poll, die -------------------------------- */
+
+static void poll_done (struct s4k_completion *c, int res);
+
+static void
+arm (struct aloop *al, struct apoll *p, unsigned events)
+{
+  struct io_uring_sqe *sqe = s4k_ring_sqe (al->loop->ring);
+  io_uring_prep_poll_add (sqe, nbd_aio_get_fd (al->h), events);
+  io_uring_sqe_set_data (sqe, &p->c);
+  p->c.fn = poll_done;
+  p->gen = al->gen;
+  p->busy = true;
+}
+
+/* Polls what libnbd waits for.  A poll of a closed connection still
+ * pending (being cancelled) is armed again once it ended. */
+static void
+rearm (struct aloop *al)
+{
+  unsigned dir = nbd_aio_get_direction (al->h);
+  if ((dir & LIBNBD_AIO_DIRECTION_READ) && !al->rd.busy)
+    arm (al, &al->rd, POLLIN);
+  if ((dir & LIBNBD_AIO_DIRECTION_WRITE) && !al->wr.busy)
+    arm (al, &al->wr, POLLOUT);
+}
+
+/* Fails the requests waiting for the connection. */
+static void
+fail_waiting (struct aloop *al)
+{
+  struct s4k_completion *c = al->waiting;
+  al->waiting = NULL;
+  al->waiting_tail = &al->waiting;
+  while (c) {
+    struct s4k_completion *next = c->next;
+    struct s4k_store_req *q = s4k_container_of (c, struct s4k_store_piece,
+                                                c)->req;
+    q->inflight++;
+    note_error (q, -EIO);
+    cmd_end (q);
+    c = next;
+  }
+}
+
+/* Closes the loop's connection (dead, or not the export it was). */
+static void
+teardown (struct aloop *al)
+{
+  struct apoll *polls[] = { &al->rd, &al->wr };
+  for (int i = 0; i < 2; i++)
+    if (polls[i]->busy && polls[i]->gen == al->gen) {
+      struct io_uring_sqe *sqe = s4k_ring_sqe (al->loop->ring);
+      io_uring_prep_poll_remove (sqe, (__u64) (uintptr_t) &polls[i]->c);
+      io_uring_sqe_set_data (sqe, NULL);
+    }
+  mark_lost (al->u, &al->mark);
+  nbd_close (al->h);
+  al->h = NULL;
+  al->gen++;
+  al->connecting = false;
+  fail_waiting (al);
+}
+
+/* Connected: the waiting requests go out. */
+static void
+connected (struct aloop *al)
+{
+  al->connecting = false;
+  if (!up_export_ok (al->u, al->h)) {
+    teardown (al);
+    return;
+  }
+  if (al->connected_before)
+    atomic_fetch_add (&al->u->reconnects, 1);
+  al->connected_before = true;
+  struct s4k_completion *c = al->waiting;
+  al->waiting = NULL;
+  al->waiting_tail = &al->waiting;
+  while (c) {
+    struct s4k_completion *next = c->next;
+    issue (al, s4k_container_of (c, struct s4k_store_piece, c)->req);
+    c = next;
+  }
+}
+
+/* After any call into the connection: notices that it connected or died,
+ * and polls for what it waits for next. */
+static void
+after_io (struct aloop *al)
+{
+  while (al->h) {
+    if (nbd_aio_is_dead (al->h) || nbd_aio_is_closed (al->h))
+      teardown (al);
+    else if (al->connecting && nbd_aio_is_ready (al->h))
+      connected (al);
+    else {
+      rearm (al);
+      return;
+    }
+  }
+}
+
+static void
+poll_done (struct s4k_completion *c, int res)
+{
+  struct apoll *p = s4k_container_of (c, struct apoll, c);
+  struct aloop *al = p->al;
+  (void) res;                   /* errors and hang-ups: libnbd sees them */
+  p->busy = false;
+  if (al->h && p->gen == al->gen) {
+    unsigned dir = nbd_aio_get_direction (al->h);
+    if (p == &al->rd && (dir & LIBNBD_AIO_DIRECTION_READ))
+      nbd_aio_notify_read (al->h);
+    else if (p == &al->wr && (dir & LIBNBD_AIO_DIRECTION_WRITE))
+      nbd_aio_notify_write (al->h);
+  }
+  after_io (al);
+}
+
+/* Starts connecting; -EIO if that fails at once. */
+static int
+connect_begin (struct aloop *al)
+{
+  struct nbd_handle *h = nbd_create ();
+  if (!h)
+    return -EIO;
+  if (nbd_aio_connect_uri (h, al->u->uri) == -1) {
+    nbd_close (h);
+    return -EIO;
+  }
+  al->h = h;
+  al->connecting = true;
+  return 0;
+}
+
+/* ---- requests ----------------------------------------------------------- */
+
+static void
+req_end (struct s4k_completion *c, int res)
+{
+  (void) res;
+  struct s4k_store_req *q = s4k_container_of (c, struct s4k_store_piece,
+                                              c)->req;
+  q->done (q, q->err);
+}
+
+/* The commands ended: for FUA on an upstream without it, a flush of the
+ * same connection follows (on a connection since closed, the write may
+ * be lost: EIO). */
+static void
+after_cmds (struct s4k_completion *c, int res)
+{
+  struct s4k_store_req *q = s4k_container_of (c, struct s4k_store_piece,
+                                              c)->req;
+  struct nbd_store *u = (struct nbd_store *) q->store;
+  c->fn = req_end;
+  if (q->err || !q->fua || u->can_fua || !u->can_flush) {
+    req_end (c, res);
+    return;
+  }
+  struct aloop *al = loop_of (q);
+  if (!al->h || al->connecting) {
+    q->done (q, -EIO);
+    return;
+  }
+  q->inflight++;
+  note_error (q, send_flush (al, q));
+  cmd_end (q);
+  after_io (al);
+}
+
+/* Sends q on the loop's connection, connecting it first if need be. */
+static int
+start (struct aloop *al, struct s4k_store_req *q)
+{
+  if (!al->h && connect_begin (al) < 0)
+    return -EIO;
+  if (al->connecting) {
+    q->piece[0].c.next = NULL;
+    *al->waiting_tail = &q->piece[0].c;
+    al->waiting_tail = &q->piece[0].c.next;
+  }
+  else
+    issue (al, q);
+  after_io (al);
+  return 1;
+}
+
+/* ---- flush without multi-conn: the other loops flush their own ---------- */
+
+struct xflush {
+  struct s4k_completion c;       /* posted to the flushing loop at the end */
+  struct s4k_store_req *q;
+  _Atomic unsigned pending;      /* loops still flushing, + 1 while asking */
+  _Atomic int err;
+  struct xsub {
+    struct s4k_completion c;     /* posted to the loop asked */
+    struct xflush *x;
+    struct aloop *al;
+    struct flush_cover cover;
+    int err;
+  } sub[MAX_LOOPS];
+};
+
+static void
+xflush_put (struct xflush *x, int r)
+{
+  int zero = 0;
+  if (r)
+    atomic_compare_exchange_strong (&x->err, &zero, r);
+  if (atomic_fetch_sub (&x->pending, 1) == 1)
+    x->q->loop->post (x->q->loop, &x->c);
+}
+
+/* On the flushing loop: every loop asked has answered. */
+static void
+xflush_end (struct s4k_completion *c, int res)
+{
+  (void) res;
+  struct xflush *x = s4k_container_of (c, struct xflush, c);
+  struct s4k_store_req *q = x->q;
+  note_error (q, atomic_load (&x->err));
+  free (x);
+  cmd_end (q);
+}
+
+static int
+sub_done (void *opaque, int *error)
+{
+  struct xsub *s = opaque;
+  s->err = *error ? cmd_error (*error) : 0;
+  if (!*error)
+    mark_flushed (s->al->u, &s->al->mark, s->cover);
+  return 1;
+}
+static void
+sub_free (void *opaque)
+{
+  struct xsub *s = opaque;
+  xflush_put (s->x, s->err);
+}
+
+/* On the loop asked: flushes its connection if it is still dirty (a
+ * dirty connection is connected: one that died was marked clean). */
+static void
+sub_run (struct s4k_completion *c, int res)
+{
+  (void) res;
+  struct xsub *s = s4k_container_of (c, struct xsub, c);
+  struct aloop *al = s->al;
+  if (!mark_dirty (al->u, &al->mark)) {
+    xflush_put (s->x, 0);
+    return;
+  }
+  if (!al->h || al->connecting) {
+    xflush_put (s->x, -EIO);
+    return;
+  }
+  s->cover = mark_cover (al->u, &al->mark);
+  s->err = -EIO;                /* unless it is answered */
+  nbd_completion_callback cb = { .callback = sub_done, .user_data = s,
+                                 .free = sub_free };
+  nbd_aio_flush (al->h, cb, 0);
+  after_io (al);
+}
+
+/* A client's flush on al's loop: 1 if in flight, else its result. */
+static int
+flush_begin (struct aloop *al, struct s4k_store_req *q)
+{
+  struct nbd_store *u = al->u;
+  /* Taken before the flush: a connection that dies during it sets it
+   * again for the next one. */
+  q->err = atomic_exchange (&u->lost_writes, false) ? -EIO : 0;
+  if (!u->can_flush)
+    return q->err;              /* the upstream writes through */
+  if (u->multi_conn)
+    return up_any_dirty (u) ? start (al, q) : q->err;
+
+  /* Without multi-conn.  The pool's connections: in place (blocking;
+   * the server writes through them only with a fault layer, which has
+   * no asynchronous path). */
+  for (unsigned i = 0; i < u->n; i++) {
+    struct conn *c = &u->conns[i];
+    if (!mark_dirty (u, &c->mark))
+      continue;
+    pthread_mutex_lock (&c->lock);
+    if (c->h && mark_dirty (u, &c->mark))
+      note_error (q, up_flush_conn (u, c));
+    pthread_mutex_unlock (&c->lock);
+  }
+  /* The other loops'. */
+  struct xflush *x = NULL;
+  unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++) {
+    struct aloop *m = u->loops[i];
+    if (m == al || !mark_dirty (u, &m->mark))
+      continue;
+    if (!x) {
+      if (!(x = calloc (1, sizeof *x)))
+        return -ENOMEM;
+      x->c.fn = xflush_end;
+      x->q = q;
+      atomic_init (&x->pending, 1);
+      q->inflight++;            /* until xflush_end */
+    }
+    struct xsub *s = &x->sub[i];
+    *s = (struct xsub) { .c.fn = sub_run, .x = x, .al = m };
+    atomic_fetch_add (&x->pending, 1);
+    m->loop->post (m->loop, &s->c);
+  }
+  /* Its own. */
+  int r = 1;
+  if (mark_dirty (u, &al->mark) && al->h && !al->connecting)
+    r = start (al, q);
+  else if (!x)
+    r = q->err;
+  if (x)
+    xflush_put (x, 0);
+  return r;
+}
+
+/* The synchronous calls, for a loop beyond MAX_LOOPS. */
+static int
+sync_call (struct s4k_store *s, const struct s4k_store_req *q)
+{
+  switch (q->kind) {
+  case S4K_REQ_READ:
+    return s->ops->read (s, q->io, q->n);
+  case S4K_REQ_WRITE:
+    return s->ops->write (s, q->io, q->n, q->fua);
+  case S4K_REQ_ZERO:
+    return s->ops->zero (s, q->io[0].len, q->io[0].off, q->may_trim, q->fua);
+  case S4K_REQ_TRIM:
+    return s->ops->trim (s, q->io[0].len, q->io[0].off, q->fua);
+  default:
+    return s->ops->flush (s);
+  }
+}
+
+int
+up_submit (struct s4k_store *s, struct s4k_store_req *q)
+{
+  struct nbd_store *u = (struct nbd_store *) s;
+  struct aloop *al = loop_get (u, q->loop);
+  if (!al)
+    return sync_call (s, q);
+  q->store = s;
+  q->err = 0;
+  q->inflight = 0;
+  q->piece[0] = (struct s4k_store_piece) {
+    .c.fn = q->kind == S4K_REQ_FLUSH ? req_end : after_cmds, .req = q };
+  if (q->kind == S4K_REQ_FLUSH)
+    return flush_begin (al, q);
+  return start (al, q);
+}
+
+/* At the store's close, the loops gone. */
+void
+up_aio_close (struct nbd_store *u)
+{
+  unsigned n = atomic_load (&u->nloops);
+  for (unsigned i = 0; i < n; i++) {
+    struct aloop *al = u->loops[i];
+    if (al->h) {
+      if (nbd_aio_is_ready (al->h))
+        nbd_shutdown (al->h, 0);
+      nbd_close (al->h);
+    }
+    free (al);
+  }
+}

@@ -1,0 +1,155 @@
+/* The upstream store's private parts, shared by its two files:
+ *   store_nbd.c       connecting and checking the export, the pool of
+ *                     connections the synchronous calls use (the
+ *                     plugin's threads, block status), the ops;
+ *   store_nbd_aio.c   requests an event loop submits (sect4k-server):
+ *                     one connection per loop, driven through its ring. */
+#ifndef S4K_STORE_NBD_PRIV_H
+#define S4K_STORE_NBD_PRIV_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <libnbd.h>
+
+#include "store.h"
+
+#define MAX_CONNECTIONS 64
+#define MAX_LOOPS 64                 /* sect4k-server's --threads at most */
+#define ZERO_CHUNK (1u << 30)        /* largest zero sent at once */
+
+/* Which of a connection's writes a flush covered.  Every write or zero
+ * the upstream completes takes the next stamp of the store's clock:
+ * `last` is the stamp of the connection's latest, `flushed` the highest
+ * stamp a flush on that connection covered.  With multi-conn a flush on
+ * any connection covers the writes every connection completed before it
+ * was sent: the store's `flushed` is that.  A connection is dirty while
+ * it has a write above both; one that dies dirty makes the next flush
+ * fail (lost_writes).  Atomics: a flush on one thread reads them all. */
+struct mark {
+  _Atomic uint64_t last, flushed;
+};
+
+/* A connection of the synchronous pool. */
+struct conn {
+  pthread_mutex_t lock;
+  struct nbd_handle *h;          /* NULL: connect at the next use */
+  struct mark mark;
+};
+
+struct aloop;
+
+struct nbd_store {
+  struct s4k_store base;
+  char *uri;
+  struct s4k_geometry g;
+  unsigned n;
+  struct conn conns[MAX_CONNECTIONS];
+  _Atomic unsigned next;
+  uint64_t export_size;
+  uint32_t chunk;                /* largest read or write sent at once */
+  bool multi_conn, can_flush, can_fua, can_zero, can_fast_zero,
+       can_extents, readonly;
+  _Atomic bool lost_writes;      /* a dirty connection died */
+  _Atomic uint64_t reconnects;
+  _Atomic uint64_t clock;        /* stamps of completed writes */
+  _Atomic uint64_t flushed;      /* with multi-conn: stamps a flush covered */
+  char *zeroes;                  /* for upstreams without write-zeroes */
+  size_t zeroes_len;
+  /* The event loops' connections (store_nbd_aio.c): loops[i] for
+   * i < nloops is set before nloops counts it, and stays. */
+  pthread_mutex_t loops_lock;    /* adding one */
+  _Atomic unsigned nloops;
+  struct aloop *loops[MAX_LOOPS];
+  char info[512];
+};
+
+/* ---- marks ------------------------------------------------------------- */
+
+static inline void
+raise_to (_Atomic uint64_t *x, uint64_t v)
+{
+  uint64_t old = atomic_load (x);
+  while (old < v && !atomic_compare_exchange_weak (x, &old, v))
+    ;
+}
+
+/* A write or zero on m's connection completed. */
+static inline void
+mark_write (struct nbd_store *u, struct mark *m)
+{
+  atomic_store (&m->last, atomic_fetch_add (&u->clock, 1) + 1);
+}
+
+static inline bool
+mark_dirty (struct nbd_store *u, struct mark *m)
+{
+  uint64_t last = atomic_load (&m->last);
+  return last > atomic_load (&m->flushed) &&
+         (!u->multi_conn || last > atomic_load (&u->flushed));
+}
+
+/* What a flush on m's connection will cover: taken as it is sent. */
+struct flush_cover {
+  uint64_t last, clock;
+};
+static inline struct flush_cover
+mark_cover (struct nbd_store *u, struct mark *m)
+{
+  return (struct flush_cover) { atomic_load (&m->last),
+                                atomic_load (&u->clock) };
+}
+/* That flush succeeded. */
+static inline void
+mark_flushed (struct nbd_store *u, struct mark *m, struct flush_cover c)
+{
+  raise_to (&m->flushed, c.last);
+  if (u->multi_conn)
+    raise_to (&u->flushed, c.clock);
+}
+
+/* m's connection died: writes no flush covered may be gone. */
+static inline void
+mark_lost (struct nbd_store *u, struct mark *m)
+{
+  if (mark_dirty (u, m))
+    atomic_store (&u->lost_writes, true);
+  raise_to (&m->flushed, atomic_load (&m->last));
+}
+
+/* ---- commands, for both paths ------------------------------------------ */
+
+enum cmd { CMD_READ, CMD_WRITE, CMD_ZERO };
+
+/* Sends one command of at most the upstream's sizes: synchronously (its
+ * result), or queued on a loop's connection (0, or -errno if libnbd
+ * refused it). */
+typedef int send_fn (void *arg, enum cmd cmd, char *buf, uint64_t len,
+                     uint64_t off, uint32_t flags);
+
+/* [off, off+len) as commands the upstream takes: reads and writes in
+ * pieces of u->chunk, zeroes of ZERO_CHUNK (or zeroes written, for an
+ * upstream without write-zeroes); FUA as the upstream's flag where it
+ * has one (else the caller flushes after).  Stops at the first error. */
+int up_send_range (struct nbd_store *u, send_fn *send, void *arg,
+                   enum cmd cmd, char *buf, uint64_t len, uint64_t off,
+                   bool fua, bool may_trim);
+
+/* True if h still serves the export the device was built on. */
+bool up_export_ok (struct nbd_store *u, struct nbd_handle *h);
+
+/* Ends a synchronous command on c: 0 or -errno.  A connection that died
+ * is closed (its request gets EIO). */
+int up_check (struct nbd_store *u, struct conn *c, int r);
+/* A synchronous flush of c (locked, connected). */
+int up_flush_conn (struct nbd_store *u, struct conn *c);
+
+/* store_nbd_aio.c */
+int up_submit (struct s4k_store *s, struct s4k_store_req *q);
+/* True if some connection, of the pool or of a loop, is dirty. */
+bool up_any_dirty (struct nbd_store *u);
+void up_aio_close (struct nbd_store *u);
+
+#endif
