@@ -11,7 +11,9 @@
  * inline in conn_process, in order -- except under the timing model
  * (timing=, latency-*=), where the memory store's requests take slots
  * too: each reply then waits for its modelled completion on an io_uring
- * timeout of the loop. */
+ * timeout of the loop.  Inline reads of the memory store put only their
+ * headers in c->out: the data is sent from the store by reference
+ * (c->refs, read_by_ref in conn.c). */
 #ifndef SECT4K_SERVER_CONN_H
 #define SECT4K_SERVER_CONN_H
 
