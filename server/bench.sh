@@ -12,7 +12,8 @@
 # Environment: CG_ONLY=1 (the instruction counts alone),
 # RUNTIME (s per fio run, default 8), REPEATS (default 3),
 # SIZE (default 256M), CG_N1/CG_N2/CG_SIZE (callgrind request counts and
-# device size), CG_BS (callgrind read size in bytes, default 4096), OUT (the
+# device size), CG_BS (callgrind read size in bytes, default 4096),
+# CG_KINDS (default "server nbdkit"), OUT (the
 # result file, default build/bench-server.txt).
 set -euo pipefail
 server=$1 plugin=$2
@@ -117,11 +118,12 @@ ir () {      # ir KIND N: total instructions of the server for N requests
 }
 keys="size=$CG_SIZE model=512e" SIZE=$CG_SIZE bs=$CG_BS
 echo "# callgrind: instructions per $bs-byte random read (QD16, 2 jobs) = difference of two runs ($CG_N1 and $CG_N2 requests) / difference of requests, prefilled $CG_SIZE device"
-for kind in server nbdkit; do
+for kind in ${CG_KINDS:-server nbdkit}; do
   read -r a na < <(ir $kind $CG_N1)
   read -r b nb < <(ir $kind $CG_N2)
   per=$(( (b - a) / (nb - na) ))
   eval "ipr_$kind=$per"
   echo "$kind: $per instructions per request (Ir $a for $na requests, $b for $nb)"
 done
-echo "instructions per request: server/nbdkit = $(python3 -c "print(f'{$ipr_server/$ipr_nbdkit:.2f}')")"
+[ -z "${ipr_server:-}" ] || [ -z "${ipr_nbdkit:-}" ] ||
+  echo "instructions per request: server/nbdkit = $(python3 -c "print(f'{$ipr_server/$ipr_nbdkit:.2f}')")"
