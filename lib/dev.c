@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "sect4k/sect4k.h"
 #include "store.h"
@@ -833,6 +834,39 @@ s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
     return d->store->ops->read (d->store, &io, 1);
   }
   return planned_read (d, buf, len, off);
+}
+
+/* s4k_read_iov with a plan: checks, statistics. */
+static __attribute__ ((noinline)) int
+planned_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
+                  struct iovec *iov, unsigned max)
+{
+  struct span s;
+  struct tally t = { 0 };
+  int r = plan (d, S4K_OP_READ, len, off, 0, &s, &t);
+  if (r == 1)
+    r = 0;                      /* nothing to read: no pieces */
+  else if (r == 0 &&
+           (r = d->store->ops->read_iov (d->store, len, off, iov, max))
+           == -ENOBUFS)
+    return r;                   /* not counted: the caller reads instead */
+  counted (d, S4K_OP_READ, len, off, r < 0 ? r : 0, t);
+  return r;
+}
+
+/* Only for stores whose reads take no lock (read_iov implies
+ * lockfree_reads): a reference is handed out with no lock held, so it
+ * is the same as a lock-free read, whose copy the kernel does later. */
+int
+s4k_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
+              struct iovec *iov, unsigned max)
+{
+  uint64_t first, last;
+  if (!d->store->ops->read_iov)
+    return -ENOTSUP;
+  if (whole_sectors (d, len, off, &first, &last))
+    return d->store->ops->read_iov (d->store, len, off, iov, max);
+  return planned_read_iov (d, len, off, iov, max);
 }
 
 int

@@ -61,6 +61,12 @@ struct s4k_store_ops {
   int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
   int (*write) (struct s4k_store *s, const struct s4k_io *io, unsigned n,
                 bool fua);
+  /* Optional, with lockfree_reads, for s4k_read_iov: [off, off+len)
+   * (any range inside the device) as at most max pieces, pointers into
+   * memory that stays in place until close (iov_base NULL: zeroes).
+   * Returns the number of pieces, or -ENOBUFS. */
+  int (*read_iov) (struct s4k_store *s, uint64_t len, uint64_t off,
+                   struct iovec *iov, unsigned max);
   /* Whole physical sectors. */
   int (*zero) (struct s4k_store *s, uint64_t len, uint64_t off,
                bool may_trim, bool fua);

@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
@@ -458,6 +459,58 @@ mem_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
   return 0;
 }
 
+/* Appends the piece [p, p+len) (p NULL: zeroes) to iov, joined to the
+ * last one where they touch: chunks carved one after another from a
+ * slab are often neighbours in memory too. */
+static inline int
+iov_add (struct iovec *iov, unsigned *n, unsigned max, char *p, uint64_t len)
+{
+  if (*n) {
+    struct iovec *last = &iov[*n - 1];
+    if (!p ? !last->iov_base
+           : last->iov_base && (char *) last->iov_base + last->iov_len == p) {
+      last->iov_len += len;
+      return 0;
+    }
+  }
+  if (*n == max)
+    return -ENOBUFS;
+  iov[(*n)++] = (struct iovec) { p, len };
+  return 0;
+}
+
+/* The pieces of [off, off+len): pointers into the chunks, which stay in
+ * place until close (see the top), and NULL for what reads as zeroes: a
+ * missing or released chunk, or the sectors whose bits are clear (the
+ * same rule as extents).  Nothing is read or faulted in but the tree's
+ * nodes, and an absent subtree is one step. */
+static int
+mem_read_iov (struct s4k_store *s, uint64_t len, uint64_t off,
+              struct iovec *iov, unsigned max)
+{
+  struct mem_store *m = (struct mem_store *) s;
+  unsigned n = 0;
+  FOR_EACH_SLOT (m, off, len, ci, co, k, slot) {
+    uintptr_t e = slot ? atomic_load_explicit (slot, memory_order_acquire) : 0;
+    char *c = (e & RELEASED) ? NULL : (char *) (e & ~SLOT_FLAGS);
+    (void) ci;
+    if (!c || !m->track) {
+      if (iov_add (iov, &n, max, c ? c + co : NULL, k))
+        return -ENOBUFS;
+      continue;
+    }
+    for (uint64_t at = co, end = co + k, step; at < end; at += step) {
+      uint64_t next = ((at >> m->sub_bits) + 1) << m->sub_bits;
+      step = (next < end ? next : end) - at;
+      if (iov_add (iov, &n, max, (e & sub_bits_of (m, at, step)) ? c + at
+                                                                 : NULL,
+                   step))
+        return -ENOBUFS;
+    }
+  }
+  return n;
+}
+
 static int
 mem_trim (struct s4k_store *s, uint64_t len, uint64_t off, bool fua)
 {
@@ -555,6 +608,7 @@ static const struct s4k_store_ops mem_ops = {
   .name = "memory",
   .read = mem_read,
   .write = mem_write,
+  .read_iov = mem_read_iov,
   .zero = mem_zero,
   .trim = mem_trim,
   .flush = mem_flush,

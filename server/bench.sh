@@ -12,12 +12,14 @@
 # Environment: CG_ONLY=1 (the instruction counts alone),
 # RUNTIME (s per fio run, default 8), REPEATS (default 3),
 # SIZE (default 256M), CG_N1/CG_N2/CG_SIZE (callgrind request counts and
-# device size), OUT (the
+# device size), CG_BS (callgrind read size in bytes, default 4096),
+# CG_KINDS (default "server nbdkit"), OUT (the
 # result file, default build/bench-server.txt).
 set -euo pipefail
 server=$1 plugin=$2
 RUNTIME=${RUNTIME:-8} REPEATS=${REPEATS:-3} SIZE=${SIZE:-256M}
 CG_N1=${CG_N1:-4000} CG_N2=${CG_N2:-20000} CG_SIZE=${CG_SIZE:-16M}
+CG_BS=${CG_BS:-4096} bs=4096
 OUT=${OUT:-build/bench-server.txt}
 for c in fio nbdkit valgrind callgrind_control python3; do
   command -v $c >/dev/null || { echo "bench: $c is not installed" >&2; exit 1; }
@@ -46,7 +48,7 @@ uri () { echo "nbd+unix:///?socket=$dir/sock"; }
 # fio_run RW [extra...]: prints IOPS.
 fio_run () {
   rw=$1; shift
-  fio --name=b --ioengine=nbd --uri="$(uri)" --rw=$rw --bs=4k --size=$SIZE \
+  fio --name=b --ioengine=nbd --uri="$(uri)" --rw=$rw --bs=$bs --size=$SIZE \
       --iodepth=16 --numjobs=2 --group_reporting --output-format=json \
       --output="$dir/fio.json" "$@" >/dev/null
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]
@@ -101,7 +103,7 @@ ir () {      # ir KIND N: total instructions of the server for N requests
   server_opts=(-t 1)
   start $kind valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" -q
   fill                          # same in both runs: cancels out
-  fio_run randread --io_size=$((n / 2 * 4096)) >/dev/null   # per job
+  fio_run randread --io_size=$((n / 2 * bs)) >/dev/null   # per job
   callgrind_control -d $pid >/dev/null 2>&1
   kill -KILL $pid; wait $pid 2>/dev/null || true; pid=
   server_opts=()
@@ -114,13 +116,14 @@ ir () {      # ir KIND N: total instructions of the server for N requests
   ios=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][0]["read"]["total_ios"])' "$dir/fio.json")
   echo "$total $ios"
 }
-keys="size=$CG_SIZE model=512e" SIZE=$CG_SIZE
-echo "# callgrind: instructions per 4k random read (QD16, 2 jobs) = difference of two runs ($CG_N1 and $CG_N2 requests) / difference of requests, prefilled $CG_SIZE device"
-for kind in server nbdkit; do
+keys="size=$CG_SIZE model=512e" SIZE=$CG_SIZE bs=$CG_BS
+echo "# callgrind: instructions per $bs-byte random read (QD16, 2 jobs) = difference of two runs ($CG_N1 and $CG_N2 requests) / difference of requests, prefilled $CG_SIZE device"
+for kind in ${CG_KINDS:-server nbdkit}; do
   read -r a na < <(ir $kind $CG_N1)
   read -r b nb < <(ir $kind $CG_N2)
   per=$(( (b - a) / (nb - na) ))
   eval "ipr_$kind=$per"
   echo "$kind: $per instructions per request (Ir $a for $na requests, $b for $nb)"
 done
-echo "instructions per request: server/nbdkit = $(python3 -c "print(f'{$ipr_server/$ipr_nbdkit:.2f}')")"
+[ -z "${ipr_server:-}" ] || [ -z "${ipr_nbdkit:-}" ] ||
+  echo "instructions per request: server/nbdkit = $(python3 -c "print(f'{$ipr_server/$ipr_nbdkit:.2f}')")"

@@ -3,10 +3,12 @@
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "conn.h"
 #include "protocol.h"
@@ -56,6 +58,60 @@ out_grow (struct conn *c, size_t n)
   uint8_t *r = b->p + b->len;
   b->len += n;
   return r;
+}
+
+/* Appends len bytes at p to the output by reference: sent from there,
+ * not copied.  False (after hanging up) when memory runs out. */
+static bool
+out_ref (struct conn *c, const void *p, size_t len)
+{
+  struct orefs *r = &c->refs;
+  if (r->n == r->cap) {
+    size_t cap = r->cap ? 2 * r->cap : 64;
+    struct oref *v = realloc (r->v, cap * sizeof *v);
+    if (!v) {
+      hang_up (c, "out of memory for a reply");
+      return false;
+    }
+    r->v = v;
+    r->cap = cap;
+  }
+  r->v[r->n++] = (struct oref) { c->out.len, r->bytes, p, len };
+  r->bytes += len;
+  return true;
+}
+
+unsigned
+out_iov (const struct obuf *b, const struct orefs *r, uint64_t pos,
+         size_t *k, struct iovec *iov, unsigned max)
+{
+  size_t i = *k;
+  while (i < r->n && r->v[i].at + r->v[i].before + r->v[i].len <= pos)
+    i++;
+  *k = i;
+  unsigned n = 0;
+  size_t o;                     /* where in b the stream goes on */
+  if (i < r->n && pos >= r->v[i].at + r->v[i].before) {
+    uint64_t into = pos - (r->v[i].at + r->v[i].before);
+    iov[n++] = (struct iovec) { (char *) r->v[i].p + into,
+                                r->v[i].len - into };
+    o = r->v[i++].at;
+  }
+  else
+    o = pos - (i ? r->v[i - 1].before + r->v[i - 1].len : 0);
+  while (n < max) {
+    size_t end = i < r->n ? r->v[i].at : b->len;
+    if (end > o) {
+      iov[n++] = (struct iovec) { b->p + o, end - o };
+      if (n == max)
+        break;
+    }
+    if (i == r->n)
+      break;
+    iov[n++] = (struct iovec) { (void *) r->v[i].p, r->v[i].len };
+    o = r->v[i++].at;
+  }
+  return n;
 }
 
 /* Copies client bytes into a log-safe string. */
@@ -273,6 +329,125 @@ read_done (struct conn *c, const struct nbd_request *rq, size_t base, int r)
   }
 }
 
+/* Zeroes sent by reference for holes where the reply must carry data
+ * (simple replies, DF): written once, so that the kernel copies real
+ * pages (see DESIGN.md on reading untouched memory). */
+#define ZERO_BUF (128u * 1024)
+static uint8_t *zero_buf;
+static pthread_once_t zero_once = PTHREAD_ONCE_INIT;
+
+static void
+zero_init (void)
+{
+  if ((zero_buf = malloc (ZERO_BUF)))
+    memset (zero_buf, 0, ZERO_BUF);
+}
+
+/* The pieces iov[i..j) as data, holes as zeroes.  False after hanging
+ * up. */
+static bool
+out_pieces (struct conn *c, const struct iovec *iov, int i, int j)
+{
+  for (; i < j; i++) {
+    if (iov[i].iov_base) {
+      if (!out_ref (c, iov[i].iov_base, iov[i].iov_len))
+        return false;
+      continue;
+    }
+    for (size_t left = iov[i].iov_len, n; left > 0; left -= n) {
+      n = left < ZERO_BUF ? left : ZERO_BUF;
+      if (!out_ref (c, zero_buf, n))
+        return false;
+    }
+  }
+  return true;
+}
+
+/* A read answered by reference (s4k_read_iov: the memory store): its
+ * data is sent from the store's memory, never copied into c->out, and
+ * under structured replies (unless DF) its holes become hole chunks
+ * with no data at all, known from the store rather than by scanning
+ * zeroes.  That the data goes out later than it was looked up is safe:
+ * see s4k_read_iov (the memory stays in place until the device closes,
+ * after every connection; only a request overlapping this one in time
+ * can change its bytes, and NBD leaves those unordered).  Data blocks
+ * that merely hold zeroes stay data (the copied path finds those too).
+ * False if the store cannot, or the read has too many pieces: then
+ * nothing was done or counted. */
+static bool
+read_by_ref (struct conn *c, const struct nbd_request *rq)
+{
+  struct iovec iov[CONN_IOV_MAX];
+  int n = s4k_read_iov (c->cfg->dev, rq->length, rq->offset, iov,
+                        CONN_IOV_MAX);
+  if (n == -ENOTSUP || n == -ENOBUFS)
+    return false;
+  pthread_once (&zero_once, zero_init);
+  if (!zero_buf) {
+    hang_up (c, "out of memory for a read");
+    return true;
+  }
+  /* The loop's work here is a few lookups: the bytes are copied by
+   * the kernel as the socket takes them, paced by CONN_OUT_HIGH. */
+  c->req_cost = 0;
+  if (n < 0) {
+    reply_result (c, rq, n, S4K_OP_READ);
+    return true;
+  }
+  c->stats.bytes_read += rq->length;
+  uint8_t *p;
+  if (!c->structured) {
+    if ((p = out_grow (c, 16))) {
+      put32 (p, NBD_SIMPLE_REPLY_MAGIC);
+      put32 (p + 4, 0);
+      put64 (p + 8, rq->cookie);
+      out_pieces (c, iov, 0, n);
+    }
+    return true;
+  }
+  bool holes = false;
+  if (!(rq->flags & NBD_CMD_FLAG_DF))
+    for (int i = 0; i < n && !holes; i++)
+      holes = !iov[i].iov_base;
+  if (!holes) {
+    if ((p = out_grow (c, 28))) {
+      chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA,
+                    rq->cookie, 8 + rq->length);
+      put64 (p + 20, rq->offset);
+      out_pieces (c, iov, 0, n);
+    }
+    return true;
+  }
+  /* Hole and data chunks in turn (the engine joined runs of holes). */
+  size_t last = 0;
+  uint64_t pos = 0;
+  for (int i = 0, j; i < n; i = j) {
+    last = c->out.len;
+    if (!iov[i].iov_base) {
+      if (!(p = out_grow (c, 32)))
+        return true;
+      chunk_header (p, 0, NBD_REPLY_TYPE_OFFSET_HOLE, rq->cookie, 12);
+      put64 (p + 20, rq->offset + pos);
+      put32 (p + 28, iov[i].iov_len);
+      pos += iov[i].iov_len;
+      j = i + 1;
+      continue;
+    }
+    uint64_t run = 0;
+    for (j = i; j < n && iov[j].iov_base; j++)
+      run += iov[j].iov_len;
+    if (!(p = out_grow (c, 28)))
+      return true;
+    chunk_header (p, 0, NBD_REPLY_TYPE_OFFSET_DATA, rq->cookie, 8 + run);
+    put64 (p + 20, rq->offset + pos);
+    if (!out_pieces (c, iov, i, j))
+      return true;
+    pos += run;
+  }
+  put16 (c->out.p + last + 4, NBD_REPLY_FLAG_DONE);
+  return true;
+}
+
 static unsigned
 zero_flags (uint16_t f)
 {
@@ -486,6 +661,8 @@ run_cmd (struct conn *c, struct slot *s)
     uint8_t *buf;
     if (s)
       buf = s->buf.p;
+    else if (read_by_ref (c, rq))
+      return;
     else {
       const size_t hdr = c->structured ? 28 : 16;
       buf = out_grow (c, hdr + rq->length);
@@ -827,7 +1004,9 @@ conn_free (struct conn *c)
   free (c->in);
   free (c->payload.p);
   free (c->out.p);
+  free (c->refs.v);
   c->in = c->payload.p = c->out.p = NULL;
+  c->refs = (struct orefs) { 0 };
 }
 
 int64_t
@@ -852,7 +1031,8 @@ conn_recv_area (struct conn *c, uint8_t **p, size_t *len)
 {
   *p = NULL;
   *len = 0;
-  if (c->state == ST_DONE || c->stopping || c->out.len >= CONN_OUT_HIGH)
+  if (c->state == ST_DONE || c->stopping ||
+      conn_out_bytes (c) >= CONN_OUT_HIGH)
     return;
   if (c->state == ST_PAYLOAD && c->in_head == c->in_tail) {
     /* Straight into the payload buffer: no copy for large writes. */
@@ -892,7 +1072,7 @@ conn_received (struct conn *c, size_t n)
 void
 conn_process (struct conn *c)
 {
-  while (c->state != ST_DONE && c->out.len < CONN_OUT_HIGH) {
+  while (c->state != ST_DONE && conn_out_bytes (c) < CONN_OUT_HIGH) {
     const uint8_t *in = c->in + c->in_head;
     size_t avail = c->in_tail - c->in_head;
 
@@ -960,11 +1140,13 @@ conn_process (struct conn *c)
         .cookie = get64 (in + 8), .offset = get64 (in + 16),
         .length = get32 (in + 24),
       };
+      /* The request's work, unless it says less (read_by_ref). */
+      c->req_cost = c->req.length < CONN_MAX_COST ? c->req.length
+                                                  : CONN_MAX_COST;
       if (!handle_request (c))
         return;                 /* the header waits for a free slot */
       c->in_head += 28;
-      c->credit -= CONN_REQ_COST + (c->req.length < CONN_MAX_COST ?
-                                    c->req.length : CONN_MAX_COST);
+      c->credit -= CONN_REQ_COST + c->req_cost;
       break;
 
     case ST_PAYLOAD: {

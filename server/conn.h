@@ -11,7 +11,9 @@
  * inline in conn_process, in order -- except under the timing model
  * (timing=, latency-*=), where the memory store's requests take slots
  * too: each reply then waits for its modelled completion on an io_uring
- * timeout of the loop. */
+ * timeout of the loop.  Inline reads of the memory store put only their
+ * headers in c->out: the data is sent from the store by reference
+ * (c->refs, read_by_ref in conn.c). */
 #ifndef SECT4K_SERVER_CONN_H
 #define SECT4K_SERVER_CONN_H
 
@@ -84,6 +86,25 @@ struct obuf {
   uint8_t *p;
   size_t len, cap;
 };
+
+/* Output that is not copied into an obuf: a read answered by reference
+ * (s4k_read_iov), its bytes in the store's memory or a zero buffer.
+ * Each piece goes into the byte stream before obuf byte `at`, after the
+ * pieces listed before it with the same `at`. */
+struct oref {
+  size_t at;
+  uint64_t before;                /* bytes of the pieces listed before */
+  const void *p;
+  size_t len;
+};
+struct orefs {
+  struct oref *v;
+  size_t n, cap;
+  uint64_t bytes;                 /* sum of len */
+};
+/* Most iovecs one send takes (the kernel's UIO_MAXIOV), and one read
+ * answered by reference (beyond, it is copied). */
+#define CONN_IOV_MAX 1024u
 
 /* A buffer that grows as bytes arrive (write payloads, slot data). */
 struct pbuf {
@@ -159,6 +180,9 @@ struct conn {
   int64_t credit;                 /* work left this turn (may go below 0) */
 
   struct obuf out;                /* replies not yet handed to the socket */
+  struct orefs refs;              /* and their bytes sent by reference */
+  uint64_t req_cost;              /* the work of the request parsed last,
+                                     beyond CONN_REQ_COST (fairness) */
   struct conn_stats stats;
 
   /* Asynchronous store only (loop NULL: everything inline).  The engine
@@ -200,6 +224,18 @@ int64_t conn_turn (struct conn *c);
 /* The socket is closing: parse and start nothing more (requests in
  * flight still finish; free only once c->inflight is 0). */
 void conn_close (struct conn *c);
+
+/* Bytes of output not yet handed to the socket. */
+static inline uint64_t conn_out_bytes (const struct conn *c)
+{
+  return c->out.len + c->refs.bytes;
+}
+/* The output b (with its pieces r) from stream byte pos on, as at most
+ * max (>= 1) iovecs.  *k is the first piece not wholly before pos: 0 at
+ * first, kept while pos only grows.  Returns how many iovecs. */
+struct iovec;
+unsigned out_iov (const struct obuf *b, const struct orefs *r, uint64_t pos,
+                  size_t *k, struct iovec *iov, unsigned max);
 
 static inline bool conn_in_handshake (const struct conn *c)
 {

@@ -16,6 +16,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,7 +62,11 @@ struct sconn {
   uint64_t stop_backlog;            /* shutdown: bytes it had sent before
                                        the signal, still to be read */
   struct obuf sending;              /* handed to the kernel */
-  size_t sent;
+  struct orefs srefs;               /* and its bytes sent by reference */
+  uint64_t sent;
+  size_t sref;                      /* out_iov's place in srefs */
+  struct iovec *iov;                /* CONN_IOV_MAX, for sendmsg */
+  struct msghdr msg;
   uint64_t deadline;                /* handshake must end by then (ms) */
   uint64_t active;                  /* last byte received or sent (ms) */
   char name[64];
@@ -213,6 +218,8 @@ free_if_idle (struct worker *w, struct sconn *sc)
   add_stats (&w->stats, &sc->c.stats);
   conn_free (&sc->c);
   free (sc->sending.p);
+  free (sc->srefs.v);
+  free (sc->iov);
   if (sc->prev)
     sc->prev->next = sc->next;
   else
@@ -223,13 +230,25 @@ free_if_idle (struct worker *w, struct sconn *sc)
   atomic_fetch_sub (&w->s->connections, 1);
 }
 
-/* Sends what of sc->sending the kernel has not taken yet. */
+/* Sends what of sc->sending (and the pieces it sends by reference) the
+ * kernel has not taken yet: one send, or one sendmsg of at most
+ * CONN_IOV_MAX iovecs; a short one is continued from where it stopped
+ * (on_send). */
 static void
 send_rest (struct worker *w, struct sconn *sc)
 {
   struct io_uring_sqe *sqe = get_sqe (w);
-  io_uring_prep_send (sqe, sc->fd, sc->sending.p + sc->sent,
-                      sc->sending.len - sc->sent, MSG_NOSIGNAL);
+  if (sc->srefs.n == 0)
+    io_uring_prep_send (sqe, sc->fd, sc->sending.p + sc->sent,
+                        sc->sending.len - sc->sent, MSG_NOSIGNAL);
+  else {
+    sc->msg = (struct msghdr) {
+      .msg_iov = sc->iov,
+      .msg_iovlen = out_iov (&sc->sending, &sc->srefs, sc->sent, &sc->sref,
+                             sc->iov, CONN_IOV_MAX),
+    };
+    io_uring_prep_sendmsg (sqe, sc->fd, &sc->msg, MSG_NOSIGNAL);
+  }
   io_uring_sqe_set_data (sqe, &sc->send_op);
   sc->send_busy = true;
 }
@@ -247,12 +266,25 @@ kick (struct worker *w, struct sconn *sc)
   }
   /* The engine never writes into c->out (only into slot buffers), so it
    * can go to the socket whatever is in flight. */
-  if (!sc->send_busy && c->out.len > 0) {
+  if (!sc->send_busy && conn_out_bytes (c) > 0) {
+    if (c->refs.n && !sc->iov &&
+        !(sc->iov = malloc (CONN_IOV_MAX * sizeof *sc->iov))) {
+      log_msg ("%s: out of memory for a reply", sc->name);
+      start_close (sc);
+      free_if_idle (w, sc);
+      return;
+    }
     struct obuf t = sc->sending;
     sc->sending = c->out;
     c->out = t;
     c->out.len = 0;
+    struct orefs r = sc->srefs;
+    sc->srefs = c->refs;
+    c->refs = r;
+    c->refs.n = 0;
+    c->refs.bytes = 0;
     sc->sent = 0;
+    sc->sref = 0;
     sc->sent_this_tick = true;
     send_rest (w, sc);
   }
@@ -267,7 +299,8 @@ kick (struct worker *w, struct sconn *sc)
       sc->recv_busy = true;
     }
   }
-  if (conn_done (c) && !c->inflight && !sc->send_busy && c->out.len == 0) {
+  if (conn_done (c) && !c->inflight && !sc->send_busy &&
+      conn_out_bytes (c) == 0) {
     if (!c->stopping || c->hangup)
       start_close (sc);
     else if (!sc->draining) {
@@ -368,11 +401,13 @@ on_send (struct s4k_completion *op, int res)
   }
   sc->sent += res;
   sc->active = now_ms ();
-  if (sc->sent < sc->sending.len && !sc->closing) {
+  if (sc->sent < sc->sending.len + sc->srefs.bytes && !sc->closing) {
     send_rest (w, sc);
     return;
   }
   sc->sending.len = 0;
+  sc->srefs.n = 0;
+  sc->srefs.bytes = 0;
   conn_process (&sc->c);        /* output had room again */
   kick (w, sc);
 }
@@ -537,7 +572,8 @@ tick (struct worker *w)
       free_big (&sc->c.out, false);
     }
     sc->sent_this_tick = false;
-    bool quiet = !sc->c.inflight && !sc->send_busy && sc->c.out.len == 0 &&
+    bool quiet = !sc->c.inflight && !sc->send_busy &&
+                 conn_out_bytes (&sc->c) == 0 &&
                  now - sc->active >= QUIET_MS;
     if (w->stopping && now >= w->stop_deadline)
       start_close (sc);

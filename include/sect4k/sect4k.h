@@ -290,6 +290,28 @@ int s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags);
 int s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags);
 int s4k_flush (struct s4k_dev *d);
 int s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off);
+
+/* A read answered by reference, for a front end that sends the data
+ * without copying it (sect4k-server's replies, sendmsg with iovecs):
+ * fills iov[0..n) with the pieces of [off, off+len) in order, each a
+ * pointer into the store's memory or, iov_base NULL, a run that reads
+ * as zeroes (a hole), and returns n (0 if len is 0).  Counted in the
+ * statistics exactly as s4k_read counts the same read.
+ * -ENOTSUP: the store cannot (only one whose memory stays in place
+ * while the device is open can: the memory store, without the fault
+ * layer); -ENOBUFS: more than max pieces.  Neither is counted: do the
+ * read with s4k_read instead.  Otherwise the errors of s4k_read.
+ * The memory is never freed, moved or reused for other data before
+ * s4k_dev_close, so the pointers stay valid until then; its bytes
+ * change only by writes, zeroes and trims of the same range, which a
+ * client that waits for this read's reply before sending them never
+ * sees (the reply has been copied into the socket by then), and a
+ * client that does not wait has overlapping requests in flight, which
+ * NBD leaves unordered.  A hole's bytes may become data the same way:
+ * the caller sends zeroes for it. */
+struct iovec;
+int s4k_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
+                  struct iovec *iov, unsigned max);
 /* Extents: fn gets consecutive runs covering [off, off+len) (it may stop
  * early); zero = reads as zeroes (a hole). */
 typedef int s4k_extent_fn (void *opaque, uint64_t off, uint64_t len,
