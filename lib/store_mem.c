@@ -55,7 +55,11 @@
 
 #define NODE_BITS 5u
 #define NODE_ENTRIES (1u << NODE_BITS)
-#define ROOT_MAX_BITS 12u         /* a root of at most 32 KiB */
+/* A root of at most 1 MiB (written through at creation): every lookup
+ * walks one level fewer than a 32 KiB root would make it (each level is
+ * about ten instructions on every request), so a device of up to 16 GiB
+ * of 4 KiB chunks has one level under the root. */
+#define ROOT_MAX_BITS 17u
 #define RELEASED ((uintptr_t) 1)  /* slot bit: chunk reads as zeroes */
 #define SUB_LOG 3u                /* 8 sector bits in a slot: bits 1..8 */
 #define SUB_SHIFT 1u
