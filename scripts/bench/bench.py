@@ -15,6 +15,9 @@ Usage: bench.py --plugin PATH_OF_sect4k.so [--out BENCHMARKS.md]
          (the server's functions by instructions per request, one cell)
        bench.py --plugin PATH --instructions CONTENDER,... [--workloads W,...]
          (the callgrind phase alone, printed, nothing written)
+       bench.py --plugin PATH --timed CONTENDER,... [--workloads W,...]
+         (the interleaved timed runs alone: each sect4k contender's paired
+         ratios to each anchor given, printed, nothing written)
 Environment: BENCH_QUICK=1 (short run), BENCH_REPS, BENCH_RUNTIME (s).
 """
 import argparse
@@ -226,10 +229,11 @@ def fio_groups(groups, tmp, runtime):
         g[2] += j["read"]["total_ios"] + j["write"]["total_ios"]
     return [tuple(g) for g in res]
 
-def timed_matrix(cons, tmp, log):
+def timed_matrix(cons, tmp, log, only=None):
     """{workload: {contender: [(IOPS, MiB/s, server CPU µs/request)
     per rep]}}.  The CPU figure is the contender's total over all its
-    repetitions (a server only works while its own group runs)."""
+    repetitions (a server only works while its own group runs).  only:
+    the workloads to run, default all."""
     names = list(cons)
     res = {}
     servers = {}
@@ -239,6 +243,8 @@ def timed_matrix(cons, tmp, log):
             if c != "null":
                 prefill(servers[c].uri, tmp)
         for wi, w in enumerate(WORKLOADS):
+            if only and w not in only:
+                continue
             runs = []               # (contender, rep) in the order they run
             for rep in range(REPS):
                 k = (rep + wi) % len(names)
@@ -736,6 +742,7 @@ def main():
     ap.add_argument("--command", default="make bench")
     ap.add_argument("--profile", metavar="CONTENDER:WORKLOAD")
     ap.add_argument("--instructions", metavar="CONTENDER,...")
+    ap.add_argument("--timed", metavar="CONTENDER,...")
     ap.add_argument("--workloads", metavar="WORKLOAD,...")
     ap.add_argument("--raw", default="build/bench/results.json",
                     help="where the raw results are kept")
@@ -761,6 +768,10 @@ def main():
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return
+    if a.timed:
+        timed_only(plugin, a.timed.split(","),
+                   a.workloads.split(",") if a.workloads else None)
+        return
     if a.report_only:           # rewrite the report from the last run
         with open(a.raw) as fh:
             d = json.load(fh)
@@ -773,6 +784,31 @@ def main():
             json.dump(dict(d, qd={"|".join(k): v for k, v in d["qd"].items()}),
                       fh, indent=1)
     write_report(d, a.out)
+
+def timed_only(plugin, names, only):
+    """Prints the timed runs' medians and each sect4k contender's paired
+    ratios to each anchor among names, with the load average."""
+    log = lambda s: print(s, flush=True)
+    load = lambda: " ".join("%.2f" % x for x in os.getloadavg())
+    tmp = tempfile.mkdtemp(prefix="sect4k-bench-", dir="/var/tmp")
+    try:
+        cons = contenders(plugin, tmp, False)
+        log("load average before: %s; %d reps of %gs" % (load(), REPS,
+                                                          RUNTIME))
+        timed = timed_matrix({c: cons[c] for c in names}, tmp, log, only)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log("load average after: %s" % load())
+    for w in timed:
+        for c in timed[w]:
+            if not c.startswith("s4k"):
+                continue
+            for ref in ANCHORS:
+                rs = paired(timed, w, c, ref, 1 if "1m" in w else 0)
+                if rs:
+                    log("  %-15s %-9s vs %-9s %.2f× (quartiles %.2f-%.2f, "
+                        "%d pairs)" % ((w, c, ref, statistics.median(rs)) +
+                                       quartiles(rs) + (len(rs),)))
 
 def measure(plugin, command):
     """Runs every phase; returns the raw results."""
