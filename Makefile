@@ -24,6 +24,10 @@ OPT ?= -O2 -g
 CFLAGS_ALL := -std=gnu11 $(OPT) -Wall -Wextra -Werror -fPIC -pthread \
               -Iinclude $(SAN_FLAGS) $(CFLAGS)
 LDFLAGS_ALL := -pthread $(SAN_FLAGS) $(LDFLAGS)
+# The nbdkit modules: the engine archive's symbols are not exported, so the
+# plugin and the filter loaded together each call their own engine, and
+# calls into it are direct, not through the PLT.
+SO_LDFLAGS = -shared -Wl,--exclude-libs,ALL $(LDFLAGS_ALL)
 
 NBDKIT_CFLAGS = $(shell $(PKG_CONFIG) --cflags nbdkit 2>/dev/null)
 LIBNBD_CFLAGS = $(shell $(PKG_CONFIG) --cflags libnbd 2>/dev/null)
@@ -57,7 +61,7 @@ $(ENGINE_LIB): $(ENGINE_OBJS)
 	ar rcs $@ $^
 
 $(PLUGIN): $(B)/plugin/sect4k.o $(B)/plugin/glue.o $(ENGINE_LIB)
-	$(CC) -shared $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(ENGINE_LIB) $(ENGINE_LIBS)
+	$(CC) $(SO_LDFLAGS) -o $@ $(filter %.o,$^) $(ENGINE_LIB) $(ENGINE_LIBS)
 
 $(MANPAGE): plugin/nbdkit-sect4k-plugin.pod
 	pod2man --section=1 --center=sect4k --release=sect4k-$(shell sed -n 's/.*S4K_VERSION "\(.*\)"/\1/p' include/sect4k/sect4k.h) --name=nbdkit-sect4k-plugin $< > $@

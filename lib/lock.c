@@ -13,10 +13,23 @@
 #define GROUP_SHIFT S4K_LOCK_GROUP_SHIFT
 #define NSTRIPES S4K_LOCK_STRIPES
 
+/* Room for this many ranges a stripe from the start, so the inline lock
+ * need not check for it; hold() grows it. */
+#define INITIAL_CAP 4u
+
 struct s4k_locks *
 s4k_locks_new (void)
 {
-  return calloc (1, sizeof (struct s4k_locks));
+  struct s4k_locks *l = calloc (1, sizeof *l);
+  for (unsigned i = 0; l && i < NSTRIPES; i++) {
+    struct s4k_stripe *s = &l->stripes[i];
+    if (!(s->held = malloc (INITIAL_CAP * sizeof *s->held))) {
+      s4k_locks_free (l);
+      return NULL;
+    }
+    s->cap = INITIAL_CAP;
+  }
+  return l;
 }
 
 void
@@ -83,7 +96,7 @@ hold (struct s4k_stripe *s, uint64_t first, uint64_t last, bool shared)
 {
   if (s->n == s->cap) {
     /* Grows only the first few times a stripe gets busy. */
-    unsigned cap = s->cap ? s->cap * 2 : 4;
+    unsigned cap = s->cap * 2;
     struct s4k_held *h = realloc (s->held, cap * sizeof *h);
     if (!h) {
       /* There is no safe way to fail with half the range locked. */

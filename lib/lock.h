@@ -65,7 +65,7 @@ s4k_lock (struct s4k_locks *l, uint64_t first, uint64_t last, bool shared)
   struct s4k_stripe *s = s4k_stripe_of (l, first >> S4K_LOCK_GROUP_SHIFT);
   if ((first ^ last) >> S4K_LOCK_GROUP_SHIFT == 0 &&
       !atomic_exchange_explicit (&s->busy, 1, memory_order_acquire)) {
-    bool got = s->n == 0 && s->cap;
+    bool got = s->n == 0;      /* (there is room: s4k_locks_new) */
     if (got) {
       s->held[0] = (struct s4k_held) { first, last, shared };
       s->n = 1;

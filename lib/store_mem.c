@@ -58,7 +58,11 @@
 
 #define NODE_BITS 5u
 #define NODE_ENTRIES (1u << NODE_BITS)
-#define ROOT_MAX_BITS 12u         /* a root of at most 32 KiB */
+/* A root of at most 1 MiB (written through at creation): every lookup
+ * walks one level fewer than a 32 KiB root would make it (each level is
+ * about ten instructions on every request), so a device of up to 16 GiB
+ * of 4 KiB chunks has one level under the root. */
+#define ROOT_MAX_BITS 17u
 #define RELEASED ((uintptr_t) 1)  /* slot bit: chunk reads as zeroes */
 #define SUB_LOG 3u                /* 8 sector bits in a slot: bits 1..8 */
 #define SUB_SHIFT 1u
@@ -246,19 +250,20 @@ chunk_for_read (const struct mem_store *m, uint64_t ci)
   return (e & RELEASED) ? NULL : (char *) (e & ~SLOT_FLAGS);
 }
 
-/* chunk_for_write when a node or the chunk is missing, or it is
- * released, or lacks bits. */
-static __attribute__ ((noinline)) char *
-chunk_for_write_slow (struct mem_store *m, uint64_t ci, uintptr_t bits)
+/* write_chunk when a node or the chunk is missing, or it is released,
+ * or lacks bits: makes the chunk ready, then copies. */
+static __attribute__ ((noinline)) int
+write_chunk_slow (struct mem_store *m, uint64_t ci, uint64_t co,
+                  const char *buf, uint64_t n, uintptr_t bits)
 {
   _Atomic uintptr_t *slot = slot_make (m, ci);
   if (!slot)
-    return NULL;
+    return -ENOMEM;
   uintptr_t e = atomic_load_explicit (slot, memory_order_acquire);
   if (e == 0) {
     char *p = carve (m, &tl_slab.chunks, m->chunk);
     if (!p)
-      return NULL;
+      return -ENOMEM;
     if (atomic_compare_exchange_strong (slot, &e, (uintptr_t) p)) {
       atomic_fetch_add (&m->data_bytes, m->chunk);
       e = (uintptr_t) p;
@@ -274,19 +279,8 @@ chunk_for_write_slow (struct mem_store *m, uint64_t ci, uintptr_t bits)
   /* Writers of other sectors of the chunk set other bits. */
   if ((e & bits) != bits)
     atomic_fetch_or (slot, bits);
-  return (char *) (e & ~SLOT_FLAGS);
-}
-
-/* The chunk's memory, allocated if need be, with sector bits set. */
-static inline char *
-chunk_for_write (struct mem_store *m, uint64_t ci, uintptr_t bits)
-{
-  uint64_t span;
-  _Atomic uintptr_t *slot = slot_find (m, ci, &span);
-  uintptr_t e = slot ? atomic_load_explicit (slot, memory_order_acquire) : 0;
-  if (__builtin_expect (!e || (e & RELEASED) || (e & bits) != bits, 0))
-    return chunk_for_write_slow (m, ci, bits);
-  return (char *) (e & ~SLOT_FLAGS);
+  memcpy ((char *) (e & ~SLOT_FLAGS) + co, buf, n);
+  return 0;
 }
 
 /* Walks [off, off+len) chunk by chunk. */
@@ -314,15 +308,21 @@ read_chunk (const struct mem_store *m, uint64_t ci, uint64_t co, char *buf,
   tsan_ignore_reads (false);
 }
 
-/* Copies n bytes from buf to co of chunk ci. */
+/* Copies n bytes from buf to co of chunk ci, allocating the chunk and
+ * setting its sector bits if need be.  The common case, a chunk there
+ * with its bits set, is a lookup and the copy: the rest is out of line,
+ * so that nothing here outlives the copy. */
 static inline int
 write_chunk (struct mem_store *m, uint64_t ci, uint64_t co, const char *buf,
              uint64_t n)
 {
-  char *c = chunk_for_write (m, ci, sub_bits_of (m, co, n));
-  if (!c)
-    return -ENOMEM;
-  memcpy (c + co, buf, n);
+  const uintptr_t bits = sub_bits_of (m, co, n);
+  uint64_t span;
+  _Atomic uintptr_t *slot = slot_find (m, ci, &span);
+  uintptr_t e = slot ? atomic_load_explicit (slot, memory_order_acquire) : 0;
+  if (__builtin_expect (!e || (e & RELEASED) || (e & bits) != bits, 0))
+    return write_chunk_slow (m, ci, co, buf, n, bits);
+  memcpy ((char *) (e & ~SLOT_FLAGS) + co, buf, n);
   return 0;
 }
 

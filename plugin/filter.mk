@@ -5,7 +5,7 @@ FILTER_MAN := nbdkit-sect4k-filter.1
 all: $(FILTER) $(FILTER_MAN)
 
 $(FILTER): $(B)/plugin/sect4k-filter.o $(B)/plugin/glue.o $(ENGINE_LIB)
-	$(CC) -shared $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(ENGINE_LIB) $(ENGINE_LIBS)
+	$(CC) $(SO_LDFLAGS) -o $@ $(filter %.o,$^) $(ENGINE_LIB) $(ENGINE_LIBS)
 $(B)/plugin/sect4k-filter.o $(B)/plugin/sect4k.o $(B)/plugin/glue.o: plugin/glue.h
 
 $(FILTER_MAN): plugin/nbdkit-sect4k-filter.pod

@@ -20,11 +20,14 @@
 NBDKIT_DLL_PUBLIC int sect4k_debug_rmw = 0;
 
 static struct s4k_exports exports;
-static bool faults;             /* fault keys given: power cuts may happen */
-static bool timed;              /* a timing key was given: set once */
 
+/* What a request pays for beyond the engine call is decided per export,
+ * at open: an export without fault or timing keys pays one untaken
+ * branch each, whatever its neighbours ask for. */
 struct handle {
   struct s4k_dev *dev;          /* the export the client named */
+  bool faults;                  /* its fault keys: power cuts may happen */
+  bool timed;                   /* its timing model */
   const char *description;
   /* Logged once a connection; atomic: nbdkit's worker threads serve one
    * connection's requests in parallel. */
@@ -103,10 +106,6 @@ sect4k_get_ready (void)
     nbdkit_debug ("sect4k: %s%s%s", e->name, sep,
                   s4k_dev_store_info (e->dev));
   }
-  for (size_t i = 0; i < exports.n; i++)
-    faults |= exports.v[i].cfg.fault.on;
-  for (size_t i = 0; i < exports.n; i++)
-    timed |= s4k_dev_timed (exports.v[i].dev);
   return 0;
 }
 
@@ -184,7 +183,9 @@ sect4k_open (int readonly)
   }
   h->dev = e->dev;
   h->description = e->description;
-  if (faults)
+  h->faults = e->cfg.fault.on;
+  h->timed = s4k_dev_timed (e->dev);
+  if (h->faults)
     h->epoch = s4k_dev_power_cuts (h->dev);
   return h;
 }
@@ -192,11 +193,9 @@ sect4k_open (int readonly)
 /* nbdkit 1.32 cannot drop a connection: after a power cut, every request
  * on one opened before it fails with EIO instead, and the engine refuses
  * its writes still in flight (s4k_fault_epoch). */
-static bool
-cut_off (struct handle *h)
+static bool __attribute__ ((noinline))
+cut_off_faults (struct handle *h)
 {
-  if (!faults)
-    return false;
   s4k_fault_epoch (h->epoch);
   if (h->epoch == s4k_dev_power_cuts (h->dev))
     return false;
@@ -206,6 +205,13 @@ cut_off (struct handle *h)
   }
   nbdkit_set_error (EIO);
   return true;
+}
+
+/* Inline: on an export without faults, one test of the handle. */
+static inline bool
+cut_off (struct handle *h)
+{
+  return __builtin_expect (h->faults, 0) && cut_off_faults (h);
 }
 
 static void
@@ -277,7 +283,7 @@ wait_modelled (struct handle *h, int r, enum s4k_op op, uint64_t len,
 static inline int
 result (struct handle *h, int r, enum s4k_op op, uint64_t len, uint64_t off)
 {
-  if (__builtin_expect (timed, 0))
+  if (__builtin_expect (h->timed, 0))
     wait_modelled (h, r, op, len, off);
   return r == 0 ? 0 : s4k_glue_result (h->dev, &h->refused_once, r, op,
                                        len, off);
@@ -300,8 +306,9 @@ sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
 {
   if (cut_off (h))
     return -1;
+  /* FUA is the only flag nbdkit passes to a write. */
   return result (h, s4k_write (dev_of (h), buf, count, offset,
-                              s4k_glue_flags (flags)),
+                              flags & NBDKIT_FLAG_FUA ? S4K_FUA : 0),
                  S4K_OP_WRITE, count, offset);
 }
 

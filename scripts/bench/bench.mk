@@ -17,7 +17,7 @@ bench-engine: $(B)/bench-engine
 	@scripts/install-deps valgrind
 	scripts/bench/engine-ir $(abspath $(B)/bench-engine)
 $(B)/bench-engine: scripts/bench/engine.c $(ENGINE_LIB)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(URING_LIBS) $(LIBNBD_LIBS)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(ENGINE_LIBS)
 
 # make bench-rmw-latency: 512-byte writes with a 1 ms write latency, sect4k
 # (plugin and server) against nbdkit's blocksize+delay filters (issue 12);
