@@ -157,15 +157,39 @@ chunk_header (uint8_t *p, uint16_t flags, uint16_t type, uint64_t cookie,
   put32 (p + 16, len);
 }
 
+/* The 28 bytes before len bytes of read data at offset. */
+static void
+data_chunk_header (uint8_t *p, uint16_t flags, uint64_t cookie,
+                   uint64_t offset, uint32_t len)
+{
+  chunk_header (p, flags, NBD_REPLY_TYPE_OFFSET_DATA, cookie, 8 + len);
+  put64 (p + 20, offset);
+}
+
+/* A 32-byte hole chunk: len bytes of zeroes at offset. */
+static void
+hole_chunk (uint8_t *p, uint64_t cookie, uint64_t offset, uint32_t len)
+{
+  chunk_header (p, 0, NBD_REPLY_TYPE_OFFSET_HOLE, cookie, 12);
+  put64 (p + 20, offset);
+  put32 (p + 28, len);
+}
+
+/* A 16-byte simple reply header. */
+static void
+simple_header (uint8_t *p, uint32_t err, uint64_t cookie)
+{
+  put32 (p, NBD_SIMPLE_REPLY_MAGIC);
+  put32 (p + 4, err);
+  put64 (p + 8, cookie);
+}
+
 static void
 reply_simple (struct conn *c, const struct nbd_request *rq, uint32_t err)
 {
   uint8_t *p = out_grow (c, 16);
-  if (!p)
-    return;
-  put32 (p, NBD_SIMPLE_REPLY_MAGIC);
-  put32 (p + 4, err);
-  put64 (p + 8, rq->cookie);
+  if (p)
+    simple_header (p, err, rq->cookie);
 }
 
 /* An error reply to rq: a structured error chunk carrying msg when
@@ -274,15 +298,11 @@ read_chunks (struct conn *c, const struct nbd_request *rq, size_t base)
     /* Invariant: w <= pos + 28, and w <= pos after a hole. */
     last = w;
     if (zero) {
-      chunk_header (b + w, 0, NBD_REPLY_TYPE_OFFSET_HOLE, rq->cookie, 12);
-      put64 (b + w + 20, rq->offset + pos);
-      put32 (b + w + 28, end - pos);
+      hole_chunk (b + w, rq->cookie, rq->offset + pos, end - pos);
       w += 32;
     }
     else {
-      chunk_header (b + w, 0, NBD_REPLY_TYPE_OFFSET_DATA, rq->cookie,
-                    8 + end - pos);
-      put64 (b + w + 20, rq->offset + pos);
+      data_chunk_header (b + w, 0, rq->cookie, rq->offset + pos, end - pos);
       memmove (b + w + 28, data + pos, end - pos);
       w += 28 + end - pos;
     }
@@ -310,9 +330,7 @@ read_done (struct conn *c, const struct nbd_request *rq, size_t base, int r)
   uint8_t *p = c->out.p + base;
   c->stats.bytes_read += len;
   if (!c->structured) {
-    put32 (p, NBD_SIMPLE_REPLY_MAGIC);
-    put32 (p + 4, 0);
-    put64 (p + 8, rq->cookie);
+    simple_header (p, 0, rq->cookie);
     return;
   }
   bool holes = false;
@@ -322,11 +340,8 @@ read_done (struct conn *c, const struct nbd_request *rq, size_t base, int r)
       holes = is_zero (p + hdr + at, c->cfg->minimum);
   if (holes)
     read_chunks (c, rq, base);
-  else {
-    chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA,
-                  rq->cookie, 8 + len);
-    put64 (p + 20, rq->offset);
-  }
+  else
+    data_chunk_header (p, NBD_REPLY_FLAG_DONE, rq->cookie, rq->offset, len);
 }
 
 /* Zeroes sent by reference for holes where the reply must carry data
@@ -398,9 +413,7 @@ read_by_ref (struct conn *c, const struct nbd_request *rq)
   uint8_t *p;
   if (!c->structured) {
     if ((p = out_grow (c, 16))) {
-      put32 (p, NBD_SIMPLE_REPLY_MAGIC);
-      put32 (p + 4, 0);
-      put64 (p + 8, rq->cookie);
+      simple_header (p, 0, rq->cookie);
       out_pieces (c, iov, 0, n);
     }
     return true;
@@ -411,9 +424,8 @@ read_by_ref (struct conn *c, const struct nbd_request *rq)
       holes = !iov[i].iov_base;
   if (!holes) {
     if ((p = out_grow (c, 28))) {
-      chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA,
-                    rq->cookie, 8 + rq->length);
-      put64 (p + 20, rq->offset);
+      data_chunk_header (p, NBD_REPLY_FLAG_DONE, rq->cookie, rq->offset,
+                         rq->length);
       out_pieces (c, iov, 0, n);
     }
     return true;
@@ -426,9 +438,7 @@ read_by_ref (struct conn *c, const struct nbd_request *rq)
     if (!iov[i].iov_base) {
       if (!(p = out_grow (c, 32)))
         return true;
-      chunk_header (p, 0, NBD_REPLY_TYPE_OFFSET_HOLE, rq->cookie, 12);
-      put64 (p + 20, rq->offset + pos);
-      put32 (p + 28, iov[i].iov_len);
+      hole_chunk (p, rq->cookie, rq->offset + pos, iov[i].iov_len);
       pos += iov[i].iov_len;
       j = i + 1;
       continue;
@@ -438,8 +448,7 @@ read_by_ref (struct conn *c, const struct nbd_request *rq)
       run += iov[j].iov_len;
     if (!(p = out_grow (c, 28)))
       return true;
-    chunk_header (p, 0, NBD_REPLY_TYPE_OFFSET_DATA, rq->cookie, 8 + run);
-    put64 (p + 20, rq->offset + pos);
+    data_chunk_header (p, 0, rq->cookie, rq->offset + pos, run);
     if (!out_pieces (c, iov, i, j))
       return true;
     pos += run;
