@@ -51,6 +51,8 @@ struct s4k_store_req {
   int err;
   void *bounce;                    /* malloc'd; freed with the request */
   size_t bounce_len;
+  uint64_t cover_last, cover_clock; /* the upstream store: what a flush
+                                       covers (struct flush_cover) */
 };
 
 /* A store sees whole physical sectors, or (partial_writes) a write of

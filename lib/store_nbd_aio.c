@@ -62,7 +62,7 @@ struct aloop {
  *   err              the first error
  *   piece[0].c       posted to the loop once no command is in flight;
  *                    its fn is the next step (after_cmds, then req_end)
- *   piece[1].off, .left   what a flush of it covers (struct flush_cover) */
+ *   cover_last, cover_clock   what a flush of it covers */
 
 static void after_io (struct aloop *al);
 
@@ -193,15 +193,15 @@ flush_done (void *opaque, int *error)
     note_error (q, cmd_error (*error));
   else
     mark_flushed (u, &loop_of (q)->mark,
-                  (struct flush_cover) { q->piece[1].off, q->piece[1].left });
+                  (struct flush_cover) { q->cover_last, q->cover_clock });
   return 1;
 }
 static int
 send_flush (struct aloop *al, struct s4k_store_req *q)
 {
   struct flush_cover c = mark_cover (al->u, &al->mark);
-  q->piece[1].off = c.last;
-  q->piece[1].left = c.clock;
+  q->cover_last = c.last;
+  q->cover_clock = c.clock;
   nbd_completion_callback cb = { .callback = flush_done, .user_data = q,
                                  .free = cmd_free };
   q->inflight++;
