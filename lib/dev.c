@@ -522,6 +522,19 @@ merge (struct s4k_dev *d, struct request *q)
   }
 }
 
+/* The drive's read-modify-write of one cut sector [start, end), in the
+ * statistics and the debug log, for a write the store merges. */
+S4K_INLINE void
+tally_cut (struct s4k_dev *d, struct request *q, uint64_t sector,
+           uint64_t start, uint64_t end)
+{
+  q->t.rmw_sectors++;
+  q->t.rmw_read_bytes += end - start;
+  q->t.store_write_bytes += end - start;
+  if (d->debug_mask & S4K_DEBUG_RMW)
+    debug_rmw (d, "write", q->len, q->off, sector, start, end);
+}
+
 /* A write that cuts sectors, for a store with partial_writes: nothing
  * to read or merge here, the store merges it.  The statistics and the
  * debug log count the drive's read-modify-write all the same (they
@@ -530,22 +543,10 @@ S4K_INLINE void
 partial_write (struct s4k_dev *d, struct request *q)
 {
   const struct span *s = &q->s;
-  if (s->head_cut) {
-    q->t.rmw_sectors++;
-    q->t.rmw_read_bytes += s->head_end - s->head_start;
-    q->t.store_write_bytes += s->head_end - s->head_start;
-    if (d->debug_mask & S4K_DEBUG_RMW)
-      debug_rmw (d, "write", q->len, q->off, s->first, s->head_start,
-                 s->head_end);
-  }
-  if (s->tail_cut) {
-    q->t.rmw_sectors++;
-    q->t.rmw_read_bytes += s->tail_end - s->tail_start;
-    q->t.store_write_bytes += s->tail_end - s->tail_start;
-    if (d->debug_mask & S4K_DEBUG_RMW)
-      debug_rmw (d, "write", q->len, q->off, s->last, s->tail_start,
-                 s->tail_end);
-  }
+  if (s->head_cut)
+    tally_cut (d, q, s->first, s->head_start, s->head_end);
+  if (s->tail_cut)
+    tally_cut (d, q, s->last, s->tail_start, s->tail_end);
   q->t.store_write_bytes += s->mid_end - s->mid_start;
 }
 
