@@ -40,7 +40,11 @@ ENGINE_LIBS = $(URING_LIBS) $(LIBNBD_LIBS)
 ENGINE_SRCS := $(sort $(wildcard lib/*.c))
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(B)/%.o)
 ENGINE_LIB := $(B)/libsect4k.a
+# What is built, named here: the fragments' rules (bench.mk before
+# server.mk) name them as prerequisites, which make expands as it reads.
 PLUGIN := $(if $(SAN),$(B)/sect4k.so,sect4k.so)
+FILTER := $(if $(SAN),$(B)/sect4k-filter.so,sect4k-filter.so)
+SERVER := $(if $(SAN),$(B)/sect4k-server,sect4k-server)
 MANPAGE := nbdkit-sect4k-plugin.1
 
 # Test programs: tests/unit/*.c and tests/plugin/*.c, each built to $(B)/tests/NAME.

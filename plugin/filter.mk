@@ -1,6 +1,5 @@
 # nbdkit-sect4k-filter: the engine over any nbdkit plugin.
 #   make             also builds ./sect4k-filter.so and its man page
-FILTER := $(if $(SAN),$(B)/sect4k-filter.so,sect4k-filter.so)
 FILTER_MAN := nbdkit-sect4k-filter.1
 all: $(FILTER) $(FILTER_MAN)
 

@@ -8,7 +8,6 @@
 #   make bench-server    server vs nbdkit + plugin (fio, callgrind); part
 #                        of `make bench`
 
-SERVER := $(if $(SAN),$(B)/sect4k-server,sect4k-server)
 SERVER_MAN := sect4k-server.1
 SERVER_SRCS := server/main.c server/loop.c server/conn.c server/handshake.c
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(B)/%.o)

@@ -28,3 +28,12 @@ bench-rmw-latency: $(PLUGIN) $(SERVER)
 	@scripts/install-deps fio
 	python3 scripts/bench/rmw-latency.py --plugin $(PLUGIN) --server $(SERVER) \
 	  --out BENCHMARKS.md
+
+# make bench-upstream: sect4k in front of an upstream behind 1 ms of
+# latency against nbdkit's blocksize filter (issue 16); part of `make
+# bench`.
+.PHONY: bench-upstream
+bench: bench-upstream
+bench-upstream: $(SERVER) $(PLUGIN) $(FILTER)
+	@scripts/install-deps fio
+	scripts/bench/upstream.sh $(abspath $(SERVER)) $(abspath $(PLUGIN)) $(abspath $(FILTER))
