@@ -1,0 +1,123 @@
+/* sect4k write log: every write, zero, trim and flush a device accepted,
+ * with its data, in order, in dm-log-writes' on-disk format (Linux
+ * Documentation/admin-guide/device-mapper/log-writes.rst), so that
+ * replay-log reads ours and our reader reads the kernel's.  The format,
+ * what sect4k adds to it and what "order" means: docs/write-log.md.
+ *
+ * The writer (write-log=PATH, lib/dev.c) and the reader (scripts/
+ * sect4k-crash, tests) are both here, in lib/wlog.c. */
+#ifndef SECT4K_WLOG_H
+#define SECT4K_WLOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sect4k/sect4k.h"
+
+#define S4K_WLOG_MAGIC   0x6a736677736872ULL
+#define S4K_WLOG_VERSION 1u
+/* Entry sectors and nr_sectors count 512-byte units whatever the block
+ * size of the device or of the log. */
+#define S4K_WLOG_SECTOR  512u
+
+/* Entry flags: Linux's ... */
+#define S4K_WLOG_FLUSH    (1u << 0)   /* all entries before it had completed
+                                         when the flush was sent: durable
+                                         once it completed */
+#define S4K_WLOG_FUA      (1u << 1)   /* this write was durable when done */
+#define S4K_WLOG_DISCARD  (1u << 2)   /* a trim: no data */
+#define S4K_WLOG_MARK     (1u << 3)   /* a named mark: data is the name */
+#define S4K_WLOG_METADATA (1u << 4)   /* Linux: REQ_META; sect4k never sets
+                                         it */
+/* ... and sect4k's, in bits Linux does not use (replay-log ignores them):
+ * a zero request (NBD_CMD_WRITE_ZEROES), logged as a write of zeroes,
+ * so a tool that knows nothing of the bit replays it right. */
+#define S4K_WLOG_ZERO     (1u << 16)
+/* With MARK: the device's geometry and export, the first entry of every
+ * log sect4k writes (its name: docs/write-log.md). */
+#define S4K_WLOG_GEOMETRY (1u << 17)
+
+/* ---- reader ----------------------------------------------------------- */
+
+/* One entry, as s4k_wlog_next returns it.  data and mark stay valid until
+ * the next call on the same reader. */
+struct s4k_wlog_entry {
+  uint64_t index;        /* 0 for the first entry after the super block */
+  uint64_t pos;          /* byte offset of the entry's header in the log */
+  uint64_t sector;       /* first 512-byte sector written */
+  uint64_t nr_sectors;   /* 512-byte sectors: a write's data, or the range
+                            trimmed; 0 for a flush or mark */
+  uint64_t flags;        /* S4K_WLOG_* (unknown bits are kept) */
+  uint64_t data_len;     /* bytes of data that follow the header */
+  const void *data;      /* NULL if data_len is 0 */
+  const char *mark;      /* MARK: the name, NUL-terminated; else NULL */
+  bool past_count;       /* after the super block's nr_entries: only with
+                            S4K_WLOG_READ_TAIL (a writer that did not
+                            close, e.g. killed) */
+};
+
+/* What a log's geometry entry says (known false: a log without one, e.g.
+ * the kernel's). */
+struct s4k_wlog_info {
+  bool known;
+  struct s4k_geometry geom;
+  char export_name[256];  /* "" for the unnamed export */
+};
+
+/* Read past nr_entries while whole entries follow (a log whose writer was
+ * killed before it updated the super block); stop quietly at the first
+ * incomplete one. */
+#define S4K_WLOG_READ_TAIL 1u
+
+struct s4k_wlog_reader;
+
+/* Opens a log and checks its super block (magic, version, sector size)
+ * and geometry entry if any.  0, or -1 with err filled with one line
+ * naming the file and the problem. */
+int s4k_wlog_open (struct s4k_wlog_reader **out, const char *path,
+                   unsigned flags, char *err, size_t errlen);
+void s4k_wlog_close (struct s4k_wlog_reader *r);
+/* The super block's fields. */
+uint64_t s4k_wlog_nr_entries (const struct s4k_wlog_reader *r);
+uint32_t s4k_wlog_sectorsize (const struct s4k_wlog_reader *r);
+const struct s4k_wlog_info *s4k_wlog_info (const struct s4k_wlog_reader *r);
+/* The next entry (the geometry entry included: flags MARK|GEOMETRY):
+ * 1 and *e filled, 0 at the end, -1 with err "PATH: entry N at byte B:
+ * ..." for a truncated or corrupt entry (its data past the end of the
+ * file, a sector past the device, a mark too long, ...). */
+int s4k_wlog_next (struct s4k_wlog_reader *r, struct s4k_wlog_entry *e,
+                   char *err, size_t errlen);
+/* Back to the first entry. */
+void s4k_wlog_rewind (struct s4k_wlog_reader *r);
+
+/* ---- writer ----------------------------------------------------------- */
+
+struct s4k_wlog;
+
+/* Creates (truncates) the log at path for a device of geometry g and
+ * export name (NULL: unnamed), writing the super block and the geometry
+ * entry.  0, or -1 with err "write-log=PATH: ...". */
+int s4k_wlog_create (struct s4k_wlog **out, const char *path,
+                     const struct s4k_geometry *g, const char *export_name,
+                     char *err, size_t errlen);
+/* Appends one entry (thread-safe; entries are serialized in call order).
+ * off and len in bytes, multiples of 512; data: len bytes, or NULL for a
+ * write of zeroes (ZERO) or a trim (DISCARD).  0 or -errno. */
+int s4k_wlog_append (struct s4k_wlog *w, uint64_t flags, uint64_t off,
+                     uint64_t len, const void *data);
+/* A flush entry, then the super block's count. */
+int s4k_wlog_flush (struct s4k_wlog *w);
+/* A mark entry (name: 1..S4K_WLOG_MARK_MAX bytes, no NUL). */
+#define S4K_WLOG_MARK_MAX 255u
+int s4k_wlog_mark (struct s4k_wlog *w, const char *name);
+/* Entries written so far (the geometry entry included). */
+uint64_t s4k_wlog_entries (struct s4k_wlog *w);
+/* Writes the final count and closes; 0 or -errno. */
+int s4k_wlog_free (struct s4k_wlog *w);
+
+/* A mark in the device's log (sect4k-ctl PATH mark NAME).  -ENOTSUP
+ * without write-log=; -EINVAL for a bad name. */
+int s4k_dev_wlog_mark (struct s4k_dev *d, const char *name);
+
+#endif
