@@ -17,8 +17,11 @@
 
 #define S4K_WLOG_MAGIC   0x6a736677736872ULL
 #define S4K_WLOG_VERSION 1u
-/* Entry sectors and nr_sectors count 512-byte units whatever the block
- * size of the device or of the log. */
+/* Entry sector and nr_sectors count units of the super block's
+ * sectorsize (the kernel's: the logical block size of the device it
+ * logs).  sect4k writes sectorsize 512 whatever the device's logical size
+ * (that is in the geometry entry), so that any request down to 512 bytes
+ * has an entry.  Readers should use the byte fields off and len. */
 #define S4K_WLOG_SECTOR  512u
 
 /* Entry flags: Linux's ... */
@@ -40,17 +43,22 @@
 
 /* ---- reader ----------------------------------------------------------- */
 
-/* One entry, as s4k_wlog_next returns it.  data and mark stay valid until
- * the next call on the same reader. */
+/* One entry, as s4k_wlog_next returns it.  mark stays valid until the
+ * next call on the same reader, data until it is closed. */
 struct s4k_wlog_entry {
   uint64_t index;        /* 0 for the first entry after the super block */
   uint64_t pos;          /* byte offset of the entry's header in the log */
-  uint64_t sector;       /* first 512-byte sector written */
-  uint64_t nr_sectors;   /* 512-byte sectors: a write's data, or the range
-                            trimmed; 0 for a flush or mark */
+  uint64_t sector;       /* as stored: units of sectorsize */
+  uint64_t nr_sectors;   /* as stored: a write's data, the range trimmed;
+                            0 for a flush without data and a mark */
   uint64_t flags;        /* S4K_WLOG_* (unknown bits are kept) */
-  uint64_t data_len;     /* bytes of data that follow the header */
-  const void *data;      /* NULL if data_len is 0 */
+  uint64_t data_len;     /* as stored: a mark's length (0 for writes: their
+                            data is nr_sectors blocks after the header) */
+  uint64_t off, len;     /* the same in bytes: the device range written or
+                            trimmed (len 0: a flush or mark) */
+  const void *data;      /* len bytes written (a write, a write of
+                            zeroes, a flush with data); NULL for a trim,
+                            a flush without data and a mark */
   const char *mark;      /* MARK: the name, NUL-terminated; else NULL */
   bool past_count;       /* after the super block's nr_entries: only with
                             S4K_WLOG_READ_TAIL (a writer that did not
@@ -82,7 +90,8 @@ void s4k_wlog_close (struct s4k_wlog_reader *r);
 uint64_t s4k_wlog_nr_entries (const struct s4k_wlog_reader *r);
 uint32_t s4k_wlog_sectorsize (const struct s4k_wlog_reader *r);
 const struct s4k_wlog_info *s4k_wlog_info (const struct s4k_wlog_reader *r);
-/* The next entry (the geometry entry included: flags MARK|GEOMETRY):
+/* The next entry (the geometry entry included: flags MARK|GEOMETRY).
+ * data stays valid until s4k_wlog_close (the log is mapped):
  * 1 and *e filled, 0 at the end, -1 with err "PATH: entry N at byte B:
  * ..." for a truncated or corrupt entry (its data past the end of the
  * file, a sector past the device, a mark too long, ...). */
