@@ -677,7 +677,11 @@ fault_close (struct s4k_store *s)
   struct s4k_fault *f = (struct s4k_fault *) s;
   control_close (f->control);   /* open if the layer failed to start */
   /* A clean shutdown is not a power cut: the cache is written back. */
-  flush_locked (f);
+  int r = flush_locked (f);
+  if (f->dirty_sectors)
+    fprintf (stderr, "sect4k: writing the write cache back at close: %s: "
+             "%" PRIu64 " dirty bytes lost\n", s4k_strerror (-r),
+             f->dirty_bytes);
   f->inner->ops->close (f->inner);
   free (f->bad.r);
   free (f->bucket);

@@ -11,7 +11,10 @@
  *
  * One device for the whole server (the sector locks must be shared by
  * every connection), made at the first connection: only then can the
- * next layer's size be asked. */
+ * next layer's size be asked.  It closes at .cleanup, once every
+ * connection has ended, through a context of its own into the next
+ * layer (which still exists then, unlike at .unload): a volatile write
+ * cache is written back there, as the plugin does at its unload. */
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-filter.h>
 
@@ -39,13 +42,19 @@ static struct s4k_config cfg;
 static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct s4k_dev *dev;
 static char description[256];
+/* What .cleanup opens the next layer with: the export the device was
+ * made over, and whether any connection could write (else nothing can
+ * be dirty, and a read-only plugin need not be opened writable). */
+static char *dev_export;
+static bool dev_writable;
 
 /* The next layer of the request this thread is running. */
 static _Thread_local nbdkit_next *tl_next;
 
-/* Store calls outside a request (the fault layer writing its cache back
- * when the device closes at unload) have no next layer to call: they
- * fail with EIO rather than crash. */
+/* Store calls outside a request and outside .cleanup (the control
+ * socket's thread; the device closing at unload when .cleanup could not
+ * reach the next layer) have no next layer to call: they fail with EIO
+ * rather than crash. */
 #define NEXT_OR_EIO(next)                       \
   nbdkit_next *next = tl_next;                  \
   if (!next)                                    \
@@ -53,6 +62,7 @@ static _Thread_local nbdkit_next *tl_next;
 
 struct handle {
   atomic_bool refused_once;     /* atomic: parallel worker threads */
+  char *exportname;             /* the client's, for the device's first */
 };
 
 /* ---- the store: the next layer ---------------------------------------- */
@@ -280,10 +290,55 @@ sect4k_load (void)
   cfg.store_sized = true;
 }
 
+/* Closes the device if .cleanup did not (nbdkit does not promise to
+ * call it): with no next layer to write to, the fault layer says how
+ * much cached data is lost. */
 static void
 sect4k_unload (void)
 {
   s4k_dev_close (dev);
+  free (dev_export);
+}
+
+/* A context of our own into the next layer, for the write-back, or NULL.
+ * nbdkit checks that a context was asked its size and whether it can
+ * write before it is written to. */
+static nbdkit_next *
+open_for_write_back (nbdkit_backend *backend)
+{
+  nbdkit_next *next = nbdkit_next_context_open (backend, 0, dev_export, 1);
+  if (!next)
+    return NULL;
+  if (next->prepare (next) == -1) {
+    nbdkit_next_context_close (next);
+    return NULL;
+  }
+  if (next->get_size (next) == -1 || next->can_write (next) != 1) {
+    next->finalize (next);
+    nbdkit_next_context_close (next);
+    return NULL;
+  }
+  return next;
+}
+
+/* Every connection has ended and the next layer is still there: the
+ * device closes with a next layer to call, so that the fault layer's
+ * write-back (a clean power-down flushes a drive's cache) reaches the
+ * plugin. */
+static void
+sect4k_cleanup (nbdkit_backend *backend)
+{
+  if (!dev)
+    return;
+  nbdkit_next *next = dev_writable ? open_for_write_back (backend) : NULL;
+  tl_next = next;
+  s4k_dev_close (dev);
+  dev = NULL;
+  tl_next = NULL;
+  if (next) {
+    next->finalize (next);
+    nbdkit_next_context_close (next);
+  }
 }
 
 static int
@@ -329,7 +384,7 @@ log_debug (void *opaque, const char *msg)
 
 /* The device over the next layer, made at the first connection. */
 static int
-make_dev (nbdkit_next *next)
+make_dev (nbdkit_next *next, const char *exportname)
 {
   const struct s4k_geometry *g = &cfg.geom;
   char err[512];
@@ -379,8 +434,15 @@ make_dev (nbdkit_next *next)
     next_close (&ns->base);
     return -1;
   }
+  if (!(dev_export = strdup (exportname))) {
+    nbdkit_error ("out of memory");
+    next_close (&ns->base);
+    return -1;
+  }
   if (s4k_dev_new (&dev, &c, &ns->base, err, sizeof err) < 0) {
     nbdkit_error ("%s", err);
+    free (dev_export);
+    dev_export = NULL;
     return -1;
   }
   if (sect4k_debug_rmw)
@@ -401,6 +463,10 @@ sect4k_open (nbdkit_next_open *next, nbdkit_context *context, int readonly,
   if (next (context, readonly, exportname) == -1)
     return NULL;
   struct handle *h = calloc (1, sizeof *h);
+  if (h && !(h->exportname = strdup (exportname))) {
+    free (h);
+    h = NULL;
+  }
   if (!h)
     nbdkit_error ("calloc: out of memory");
   return h;
@@ -409,17 +475,19 @@ sect4k_open (nbdkit_next_open *next, nbdkit_context *context, int readonly,
 static void
 sect4k_close (void *handle)
 {
-  free (handle);
+  struct handle *h = handle;
+  free (h->exportname);
+  free (h);
 }
 
 static int
 sect4k_prepare (nbdkit_next *next, void *handle, int readonly)
 {
-  (void) handle; (void) readonly;
+  struct handle *h = handle;
   int r = 0;
   pthread_mutex_lock (&dev_lock);
   if (!dev)
-    r = make_dev (next);
+    r = make_dev (next, h->exportname);
   else {
     int64_t size = next->get_size (next);
     if (size >= 0 &&
@@ -430,6 +498,8 @@ sect4k_prepare (nbdkit_next *next, void *handle, int readonly)
       r = -1;
     }
   }
+  if (r == 0 && !readonly)
+    dev_writable = true;
   pthread_mutex_unlock (&dev_lock);
   return r;
 }
@@ -569,6 +639,7 @@ static struct nbdkit_filter filter = {
                  "read-modify-write of physical sectors like a 512e drive.",
   .load = sect4k_load,
   .unload = sect4k_unload,
+  .cleanup = sect4k_cleanup,
   .config = sect4k_config,
   .config_complete = sect4k_config_complete,
   .open = sect4k_open,

@@ -107,9 +107,10 @@ class ServerProcess:
 
 
 class Nbdkit(ServerProcess):
-    """nbdkit serving the plugin on a Unix socket (a context manager)."""
+    """nbdkit serving the plugin (or another one, named by plugin) on a
+    Unix socket (a context manager)."""
 
-    def __init__(self, *args, options=()):
+    def __init__(self, *args, options=(), plugin=PLUGIN):
         self.dir = tempfile.mkdtemp(prefix="sect4k-test.")
         self.sock = os.path.join(self.dir, "sock")
         self.pidfile = os.path.join(self.dir, "pid")
@@ -118,7 +119,7 @@ class Nbdkit(ServerProcess):
         self.uri = "nbd+unix:///?socket=" + self.sock
         env = dict(os.environ, **sanitizer_env())
         cmd = (["nbdkit", "-f", "-U", self.sock, "-P", self.pidfile]
-               + list(options) + [PLUGIN] + list(args))
+               + list(options) + [plugin] + list(args))
         self.cmd = " ".join(shlex.quote(c) for c in cmd)
         self.proc = subprocess.Popen(cmd, env=env,
                                      stdout=open(self.logfile, "w"),

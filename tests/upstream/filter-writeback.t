@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""nbdkit-sect4k-filter with write-cache=true over nbdkit's file plugin:
+a clean shutdown writes the volatile cache back into the plugin's file,
+as a drive flushes its cache on a clean power-down (issue 21 item 4).
+
+Each case writes without flush or FUA (partial first and last physical
+sectors: RMW in the cache), checks that the file does not hold the data
+yet, ends cleanly and finds the data in the file: SIGTERM after the
+client left; SIGTERM with a client still connected (nbdkit 1.32 exits
+when it leaves); --run (nbdkit exits
+when its command does); -s (one connection on stdin/stdout, nbdkit exits
+when it ends); two connections sharing the one cache, the first leaving
+while the second stays; and nbdkit -r exits without an error."""
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tap import Nbdkit, ok, diag, skip_all, need_nbd, done_testing, sanitizer_env
+
+nbd = need_nbd()
+FILTER = os.environ.get("SECT4K_FILTER") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "sect4k-filter.so")
+if not os.path.exists(FILTER):
+    skip_all(FILTER + " is not built")
+
+OFF, LEN = 1048576 + 512, 65536
+KEYS = ["model=512e", "write-cache=true"]
+tmp = tempfile.mkdtemp(prefix="sect4k-test.")
+img = os.path.join(tmp, "disk.img")
+
+
+def fresh():
+    with open(img, "wb") as f:
+        f.truncate(16 << 20)
+
+
+def pattern(tag):
+    tag = tag.encode()
+    return (tag * (LEN // len(tag) + 1))[:LEN]
+
+
+def write(h, tag):
+    h.pwrite(pattern(tag), OFF)
+
+
+def in_file(tag):
+    with open(img, "rb") as f:
+        f.seek(OFF)
+        return f.read(LEN) == pattern(tag)
+
+
+def serve():
+    return Nbdkit(img, *KEYS, options=["--filter=" + FILTER],
+                  plugin="file")
+
+
+def connect(uri):
+    h = nbd.NBD()
+    h.connect_uri(uri)
+    return h
+
+
+def clean(st):
+    return st in (0, -15, 143)
+
+
+# 1. SIGTERM after the client left.
+fresh()
+with serve() as srv:
+    h = connect(srv.uri)
+    write(h, "one")
+    h.shutdown()
+    del h
+    ok(not in_file("one"), "the written data is in the cache, not in the file")
+    st = srv.stop()
+    ok(clean(st) and in_file("one"),
+       "SIGTERM after the client left: nbdkit exited (%d), the file holds "
+       "the data" % st)
+    ok("error" not in srv.log(), "no error at shutdown")
+    if not in_file("one"):
+        diag(srv.log())
+
+# 2. SIGTERM with a client still connected: nbdkit 1.32 waits for it to
+# leave, then exits.
+fresh()
+with serve() as srv:
+    h = connect(srv.uri)
+    write(h, "two")
+    srv.proc.send_signal(15)
+    try:
+        srv.proc.wait(timeout=0.5)
+    except subprocess.TimeoutExpired:
+        pass
+    ok(not in_file("two"), "SIGTERM with a client connected: the data is "
+       "still in the cache")
+    h.shutdown()
+    del h
+    st = srv.stop()
+    ok(clean(st) and in_file("two"),
+       "SIGTERM, then the client left: nbdkit exited (%d), the file holds "
+       "the data" % st)
+
+# 3. --run: nbdkit exits when its command does.  The command writes, then
+# checks that the file does not hold the data yet.
+fresh()
+script = ("import nbd, os, sys\n"
+          "h = nbd.NBD(); h.connect_uri(sys.argv[1])\n"
+          "tag = b'three'; data = (tag * (%d // len(tag) + 1))[:%d]\n"
+          "h.pwrite(data, %d); h.shutdown()\n"
+          "f = open(%r, 'rb'); f.seek(%d)\n"
+          "sys.exit(1 if f.read(%d) == data else 0)\n"
+          % (LEN, LEN, OFF, img, OFF, LEN))
+run = subprocess.run(["nbdkit", "-U", "-", "--filter=" + FILTER, "file", img]
+                     + KEYS + ["--run", "/usr/bin/python3 -c "
+                               + shlex.quote(script) + ' "$uri"'],
+                     env=dict(os.environ, **sanitizer_env()),
+                     capture_output=True, text=True, timeout=60)
+ok(run.returncode == 0 and in_file("three"),
+   "--run: not in the file while served, in it after nbdkit exited (%d)"
+   % run.returncode)
+if run.returncode:
+    diag(run.stdout + run.stderr)
+
+# 4. -s: the one connection on stdin/stdout; libnbd waits for nbdkit to
+# exit when it closes the handle.
+fresh()
+env = sanitizer_env()
+h = nbd.NBD()
+h.connect_command(["env"] + ["%s=%s" % kv for kv in env.items()]
+                  + ["nbdkit", "-s", "--exit-with-parent",
+                     "--filter=" + FILTER, "file", img] + KEYS)
+write(h, "four")
+cached = not in_file("four")
+h.shutdown()
+del h
+ok(cached and in_file("four"),
+   "-s: in the cache while connected, in the file after the client left")
+
+# 5. Two connections share one cache: the first writes and leaves; the
+# second still reads the data from the cache, and nothing is written
+# back while it is connected; all of it is after the second leaves and
+# nbdkit ends.
+fresh()
+with serve() as srv:
+    a, b = connect(srv.uri), connect(srv.uri)
+    write(a, "five")
+    a.shutdown()
+    del a
+    ok(b.pread(LEN, OFF) == pattern("five") and not in_file("five"),
+       "two connections: the first left, the second reads its data from "
+       "the cache, not yet in the file")
+    b.shutdown()
+    del b
+    st = srv.stop()
+    ok(clean(st) and in_file("five"),
+       "two connections: after both left and SIGTERM (%d), the file holds "
+       "the data" % st)
+
+# 6. nbdkit -r: nothing can be dirty, and the plugin is not opened
+# writable at shutdown.
+fresh()
+with Nbdkit(img, *KEYS, options=["-r", "--filter=" + FILTER],
+            plugin="file") as srv:
+    h = connect(srv.uri)
+    h.pread(LEN, OFF)
+    h.shutdown()
+    del h
+    st = srv.stop()
+    ok(clean(st) and "error" not in srv.log(),
+       "nbdkit -r: a clean exit (%d), no error" % st)
+    if "error" in srv.log():
+        diag(srv.log())
+
+subprocess.run(["rm", "-rf", tmp])
+done_testing()
