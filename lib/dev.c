@@ -423,7 +423,8 @@ plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
  * ring, return, and come back into run() at the stage that waited, with
  * its result.  A stage that waits is recorded in the request's `stage`. */
 enum stage {
-  ST_START, ST_LOCK, ST_READ, ST_ZERO, ST_WRITE, ST_TRIM, ST_FLUSH
+  ST_START, ST_LOCK, ST_READ, ST_ZERO, ST_WRITE, ST_TRIM, ST_FLUSH,
+  ST_EXTENTS                    /* s4k_aio_extents: its one stage */
 };
 
 /* A request on its way through the stages. */
@@ -694,7 +695,8 @@ run (struct s4k_dev *d, struct request *q, struct s4k_store_req *sq,
     goto read_done;
   case ST_ZERO:
     goto zero_done;
-  default:                      /* write, trim, flush: the last stage */
+  default:                      /* write, trim, flush, extents: the last
+                                   stage */
     goto done;
   }
 
@@ -931,20 +933,37 @@ clip_extent (void *opaque, uint64_t off, uint64_t len, bool zero)
   return c->fn (c->opaque, s, e - s, zero);
 }
 
+/* What the store is asked for the extents of [off, off+len): *range,
+ * its runs going through *c to fn.  0 to ask, 1 if there is nothing to
+ * ask (length 0), or the -errno the request fails with. */
 static int
-extents_op (struct s4k_dev *d, uint64_t len, uint64_t off,
-            s4k_extent_fn *fn, void *opaque)
+extents_plan (struct s4k_dev *d, uint64_t len, uint64_t off,
+              s4k_extent_fn *fn, void *opaque, struct extent_clip *c,
+              struct s4k_io *range)
 {
   int r = check_request (d, S4K_OP_EXTENTS, len, off);
   if (r || len == 0)
-    return r;
+    return r ? r : 1;
   /* The store works in whole sectors, whose boundaries are multiples of
    * the logical size: runs come out at logical granularity. */
   struct span s;
   span_of (d, len, off, &s);
-  struct extent_clip c = { off, off + len, fn, opaque };
-  return d->store->ops->extents (d->store, s.tail_end - s.head_start,
-                                 s.head_start, clip_extent, &c);
+  *c = (struct extent_clip) { off, off + len, fn, opaque };
+  *range = (struct s4k_io) { NULL, s.tail_end - s.head_start, s.head_start };
+  return 0;
+}
+
+static int
+extents_op (struct s4k_dev *d, uint64_t len, uint64_t off,
+            s4k_extent_fn *fn, void *opaque)
+{
+  struct extent_clip c;
+  struct s4k_io range;
+  int r = extents_plan (d, len, off, fn, opaque, &c, &range);
+  if (r)
+    return r == 1 ? 0 : r;
+  return d->store->ops->extents (d->store, range.len, range.off,
+                                 clip_extent, &c);
 }
 
 int
@@ -966,12 +985,19 @@ struct s4k_aio {
   struct s4k_lock_waiter waiter;
   struct s4k_completion retry;  /* posted when the waiter is woken */
   struct s4k_store_req sq;
+  struct extent_clip clip;      /* extents in flight: the caller's fn */
 };
 
 bool
 s4k_dev_async (const struct s4k_dev *d)
 {
   return d->store->async;
+}
+
+bool
+s4k_dev_async_extents (const struct s4k_dev *d)
+{
+  return d->store->async_extents;
 }
 
 /* Runs the plan from the stage that waited (with its result r). */
@@ -1096,4 +1122,27 @@ s4k_aio_flush (struct s4k_aio *a)
   if (!a->d->store->async)
     return s4k_flush (a->d);
   return aio_begin (a, S4K_OP_FLUSH, NULL, 0, 0, 0);
+}
+
+/* Extents take no lock: one store request, the plan's last stage, whose
+ * end (aio_store_done) counts it as the synchronous call does. */
+int
+s4k_aio_extents (struct s4k_aio *a, uint64_t len, uint64_t off,
+                 s4k_extent_fn *fn, void *opaque)
+{
+  struct s4k_dev *d = a->d;
+  if (!d->store->async_extents)
+    return s4k_extents (d, len, off, fn, opaque);
+  struct request *q = &a->q;
+  *q = (struct request) { .op = S4K_OP_EXTENTS, .stage = ST_EXTENTS,
+                          .len = len, .off = off };
+  int r = extents_plan (d, len, off, fn, opaque, &a->clip, &a->sq.io[0]);
+  if (r)
+    return counted (d, S4K_OP_EXTENTS, len, off, r == 1 ? 0 : r, q->t);
+  a->sq.kind = S4K_REQ_EXTENTS;
+  a->sq.n = 1;
+  a->sq.extent_fn = clip_extent;
+  a->sq.extent_opaque = &a->clip;
+  r = d->store->ops->submit (d->store, &a->sq);
+  return r == 1 ? 1 : finish (d, q, r);
 }

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sect4k/extents.h"
 #include "sect4k/sect4k.h"
 
 /* One contiguous piece of I/O.  For store calls, off and off+len are
@@ -23,18 +24,23 @@ struct s4k_io {
 struct s4k_store;
 
 /* An asynchronous read, write, zero, trim or flush of whole physical
- * sectors (stores whose `async` is true).  Zero and trim cover io[0]
- * (buf NULL).  The engine fills the first part; the rest is the
- * store's. */
+ * sectors (stores whose `async` is true), or the extents of whole
+ * sectors (stores whose `async_extents` is true).  Zero, trim and
+ * extents cover io[0] (buf NULL).  The engine fills the first part; the
+ * rest is the store's. */
 #define S4K_REQ_PIECES 3
 struct s4k_store_req {
   struct s4k_loop *loop;
   enum { S4K_REQ_READ, S4K_REQ_WRITE, S4K_REQ_ZERO, S4K_REQ_TRIM,
-         S4K_REQ_FLUSH } kind;
+         S4K_REQ_FLUSH, S4K_REQ_EXTENTS } kind;
   bool fua;
   bool may_trim;                   /* zero: may free the sectors */
   struct s4k_io io[S4K_REQ_PIECES];
   unsigned n;
+  /* Extents: the runs go to extent_fn, as the extents op's fn, on the
+   * loop's thread before done. */
+  s4k_extent_fn *extent_fn;
+  void *extent_opaque;
   /* Called on the loop's thread once every piece has finished, unless
    * submit returned the result at once. */
   void (*done) (struct s4k_store_req *r, int res);
@@ -53,6 +59,8 @@ struct s4k_store_req {
   size_t bounce_len;
   uint64_t cover_last, cover_clock; /* the upstream store: what a flush
                                        covers (struct flush_cover) */
+  struct s4k_extent_rounder round; /* the upstream store: extents so far, */
+  uint64_t round_from;             /* and where its last block status began */
 };
 
 /* A store sees whole physical sectors, or (partial_writes) a write of
@@ -86,7 +94,8 @@ struct s4k_store_ops {
   const char *(*info) (const struct s4k_store *s);
   void (*close) (struct s4k_store *s);
   /* With async: starts req on req->loop's ring.  Returns 1 if it is in
-   * flight (req->done follows), else its result (0 or -errno) now. */
+   * flight (req->done follows), else its result (0 or -errno) now.
+   * S4K_REQ_EXTENTS only with async_extents. */
   int (*submit) (struct s4k_store *s, struct s4k_store_req *req);
 };
 /* A store and what the engine may ask of it beyond whole sectors (set
@@ -96,6 +105,9 @@ struct s4k_store {
   const struct s4k_store_ops *ops;
   bool async;                      /* submit works: requests can go
                                       through a ring */
+  bool async_extents;              /* submit takes extents too (a store
+                                      whose extents wait on the network;
+                                      the others answer them at once) */
   /* Reads need no sector lock: a read never touches memory a concurrent
    * write, zero or trim of any sector frees or moves, and a write or
    * zero changes only the bytes it covers, so a read gets, for every

@@ -1,8 +1,8 @@
 /* Upstream store: the sectors of another NBD server's export
  * (upstream=URI), through libnbd.
  *
- * Two paths.  The synchronous calls (the plugin's threads; block status
- * everywhere) run over a pool of upstream connections
+ * Two paths.  The synchronous calls (the plugin's threads) run over a
+ * pool of upstream connections
  * (upstream-connections=, default 4): a request takes a free one, or
  * waits for one.  Event loops (sect4k-server) submit requests instead,
  * each to its own connection driven through its ring
@@ -262,9 +262,9 @@ nbd_store_flush (struct s4k_store *s)
 
 /* ---- extents: the upstream's runs, zero only over whole sectors ------- */
 
-static int
-extent_cb (void *opaque, const char *context, uint64_t offset,
-           uint32_t *entries, size_t nr, int *error)
+int
+up_extent_cb (void *opaque, const char *context, uint64_t offset,
+              uint32_t *entries, size_t nr, int *error)
 {
   struct s4k_extent_rounder *w = opaque;
   (void) offset; (void) error;
@@ -294,7 +294,7 @@ nbd_store_extents (struct s4k_store *s, uint64_t len, uint64_t off,
     uint64_t n = end - w.pos < ZERO_CHUNK ? end - w.pos : ZERO_CHUNK;
     r = up_check (u, c, nbd_block_status (c->h, n, w.pos,
                                        (nbd_extent_callback) {
-                                         .callback = extent_cb,
+                                         .callback = up_extent_cb,
                                          .user_data = &w }, 0));
     if (r == 0 && w.pos <= before)
       r = -EIO;                 /* the upstream answered nothing */
@@ -451,7 +451,7 @@ s4k_nbd_store_new (const struct s4k_config *c, uint64_t *size, char *err,
     return NULL;
   }
   u->base.ops = &nbd_ops;
-  u->base.async = true;
+  u->base.async = u->base.async_extents = true;
   pthread_mutex_init (&u->loops_lock, NULL);
   u->n = c->upstream_connections ? c->upstream_connections : 4;
   if (u->n > MAX_CONNECTIONS)

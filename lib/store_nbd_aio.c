@@ -18,6 +18,12 @@
  * closed, with lost_writes set if it had writes no flush covered, and
  * the next request connects again.
  *
+ * Block status goes the same way (nbd_aio_block_status), its replies
+ * rounded to whole physical sectors by the same callback as the
+ * synchronous path's (up_extent_cb), so a loop's clients can have many
+ * in flight at once; a range the upstream answers in part is asked for
+ * again from where its answer ended, as the synchronous path does.
+ *
  * Flush (the marks: store_nbd_priv.h).  With multi-conn, one flush on
  * the loop's own connection covers every connection's completed writes.
  * Without it, each loop whose connection is dirty is asked (loop->post)
@@ -61,8 +67,11 @@ struct aloop {
  *   inflight         commands in flight, plus one while they are sent
  *   err              the first error
  *   piece[0].c       posted to the loop once no command is in flight;
- *                    its fn is the next step (after_cmds, then req_end)
- *   cover_last, cover_clock   what a flush of it covers */
+ *                    its fn is the next step (after_cmds or
+ *                    after_status, then req_end)
+ *   cover_last, cover_clock   what a flush of it covers
+ *   round, round_from         block status: the runs so far, and where
+ *                             the last command began */
 
 static void after_io (struct aloop *al);
 
@@ -209,6 +218,33 @@ send_flush (struct aloop *al, struct s4k_store_req *q)
                                              : 0;
 }
 
+/* A block status for q from where its runs end so far, up to the end of
+ * its range (at most ZERO_CHUNK at once). */
+static int
+status_done (void *opaque, int *error)
+{
+  struct s4k_store_req *q = opaque;
+  if (*error)
+    note_error (q, cmd_error (*error));
+  return 1;
+}
+static int
+send_status (struct aloop *al, struct s4k_store_req *q)
+{
+  const uint64_t end = q->io[0].off + q->io[0].len;
+  const uint64_t pos = q->round.pos;
+  nbd_extent_callback ecb = { .callback = up_extent_cb,
+                              .user_data = &q->round };
+  nbd_completion_callback cb = { .callback = status_done, .user_data = q,
+                                 .free = cmd_free };
+  q->round_from = pos;
+  q->inflight++;
+  return nbd_aio_block_status (al->h, end - pos < ZERO_CHUNK ? end - pos
+                                                             : ZERO_CHUNK,
+                               pos, ecb, cb, 0) == -1
+         ? cmd_error (nbd_get_errno ()) : 0;
+}
+
 /* Sends q's commands on the loop's connection (connected). */
 static void
 issue (struct aloop *al, struct s4k_store_req *q)
@@ -234,6 +270,9 @@ issue (struct aloop *al, struct s4k_store_req *q)
     break;
   case S4K_REQ_FLUSH:
     r = send_flush (al, q);
+    break;
+  case S4K_REQ_EXTENTS:
+    r = send_status (al, q);
     break;
   }
   note_error (q, r);
@@ -367,7 +406,9 @@ connect_begin (struct aloop *al)
   struct nbd_handle *h = nbd_create ();
   if (!h)
     return -EIO;
-  if (nbd_aio_connect_uri (h, al->u->uri) == -1) {
+  if ((al->u->can_extents &&
+       nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1) ||
+      nbd_aio_connect_uri (h, al->u->uri) == -1) {
     nbd_close (h);
     return -EIO;
   }
@@ -408,6 +449,33 @@ after_cmds (struct s4k_completion *c, int res)
   }
   q->inflight++;
   note_error (q, send_flush (al, q));
+  cmd_end (q);
+  after_io (al);
+}
+
+/* A block status ended: another for the rest of the range, or the
+ * runs' end (as nbd_store_extents). */
+static void
+after_status (struct s4k_completion *c, int res)
+{
+  struct s4k_store_req *q = s4k_container_of (c, struct s4k_store_piece,
+                                              c)->req;
+  struct s4k_extent_rounder *w = &q->round;
+  const uint64_t end = q->io[0].off + q->io[0].len;
+  (void) res;
+  if (!q->err && w->pos <= q->round_from)
+    q->err = -EIO;              /* the upstream answered nothing */
+  if (q->err || w->stop || w->pos >= end) {
+    q->done (q, q->err ? q->err : s4k_extent_round_end (w, end));
+    return;
+  }
+  struct aloop *al = loop_of (q);
+  if (!al->h || al->connecting) {
+    q->done (q, -EIO);
+    return;
+  }
+  q->inflight++;
+  note_error (q, send_status (al, q));
   cmd_end (q);
   after_io (al);
 }
@@ -568,6 +636,9 @@ static int
 sync_call (struct s4k_store *s, const struct s4k_store_req *q)
 {
   switch (q->kind) {
+  case S4K_REQ_EXTENTS:
+    return s->ops->extents (s, q->io[0].len, q->io[0].off, q->extent_fn,
+                            q->extent_opaque);
   case S4K_REQ_READ:
     return s->ops->read (s, q->io, q->n);
   case S4K_REQ_WRITE:
@@ -592,9 +663,18 @@ up_submit (struct s4k_store *s, struct s4k_store_req *q)
   q->err = 0;
   q->inflight = 0;
   q->piece[0] = (struct s4k_store_piece) {
-    .c.fn = q->kind == S4K_REQ_FLUSH ? req_end : after_cmds, .req = q };
+    .c.fn = q->kind == S4K_REQ_FLUSH ? req_end
+            : q->kind == S4K_REQ_EXTENTS ? after_status : after_cmds,
+    .req = q };
   if (q->kind == S4K_REQ_FLUSH)
     return flush_begin (al, q);
+  if (q->kind == S4K_REQ_EXTENTS) {
+    if (!u->can_extents)        /* all data, as nbd_store_extents says */
+      return q->extent_fn (q->extent_opaque, q->io[0].off, q->io[0].len,
+                           false) < 0 ? -EIO : 0;
+    s4k_extent_round_init (&q->round, &u->g, q->io[0].off, q->extent_fn,
+                           q->extent_opaque);
+  }
   return start (al, q);
 }
 

@@ -1,7 +1,7 @@
 /* The upstream store's private parts, shared by its two files:
  *   store_nbd.c       connecting and checking the export, the pool of
  *                     connections the synchronous calls use (the
- *                     plugin's threads, block status), the ops;
+ *                     plugin's threads), the ops;
  *   store_nbd_aio.c   requests an event loop submits (sect4k-server):
  *                     one connection per loop, driven through its ring. */
 #ifndef S4K_STORE_NBD_PRIV_H
@@ -145,6 +145,10 @@ bool up_export_ok (struct nbd_store *u, struct nbd_handle *h);
 int up_check (struct nbd_store *u, struct conn *c, int r);
 /* A synchronous flush of c (locked, connected). */
 int up_flush_conn (struct nbd_store *u, struct conn *c);
+/* Block status replies into a struct s4k_extent_rounder (opaque): the
+ * one mapping of the upstream's runs, for both paths. */
+int up_extent_cb (void *opaque, const char *context, uint64_t offset,
+                  uint32_t *entries, size_t nr, int *error);
 
 /* store_nbd_aio.c */
 int up_submit (struct s4k_store *s, struct s4k_store_req *q);

@@ -344,13 +344,19 @@ void s4k_explain_refusal (const struct s4k_dev *d, enum s4k_op op,
  * calls below answer at once through the synchronous ones, which never
  * wait on a disk. */
 bool s4k_dev_async (const struct s4k_dev *d);
+/* True if extents go through the ring too (the upstream store, whose
+ * block status is a round trip); otherwise s4k_aio_extents answers at
+ * once (the memory and file stores). */
+bool s4k_dev_async_extents (const struct s4k_dev *d);
 
 /* An aio handle runs one asynchronous request at a time, bound to one
  * loop (and used only on its thread).  On such a thread, use these for
  * every request that takes sector locks (read, write, zero, trim): the
  * synchronous calls would sleep on a lock that a request in flight on
- * the same loop holds, and never wake.  Cache and extents take no lock
- * and are only synchronous. */
+ * the same loop holds, and never wake.  Cache and extents take no lock;
+ * cache is only synchronous, and extents may be either (s4k_aio_extents,
+ * so that a loop does not wait a round trip for an upstream's block
+ * status). */
 struct s4k_aio;
 typedef void s4k_aio_done_fn (void *opaque, int r);
 struct s4k_aio *s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop,
@@ -371,6 +377,11 @@ int s4k_aio_zero (struct s4k_aio *a, uint64_t len, uint64_t off,
 int s4k_aio_trim (struct s4k_aio *a, uint64_t len, uint64_t off,
                   unsigned flags);
 int s4k_aio_flush (struct s4k_aio *a);
+/* As s4k_extents, the same runs and result; fn runs on the loop's
+ * thread (before done, if the request is in flight), and may have been
+ * given runs before the request fails, as with s4k_extents. */
+int s4k_aio_extents (struct s4k_aio *a, uint64_t len, uint64_t off,
+                     s4k_extent_fn *fn, void *opaque);
 
 /* ---- statistics ------------------------------------------------------ */
 

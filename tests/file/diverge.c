@@ -1,6 +1,6 @@
 /* The two drivers of the engine's one request plan must never diverge:
  * the same seeded random script of writes (whole and cutting into
- * physical sectors), zeroes, trims, reads and flushes, with FUA,
+ * physical sectors), zeroes, trims, reads, flushes and extents, with FUA,
  * may-trim and fast-zero, runs through the synchronous calls (s4k_write,
  * s4k_zero, s4k_trim..., as the plugin makes them) on one device and
  * through the asynchronous ones (s4k_aio_write..., as sect4k-server
@@ -13,7 +13,10 @@
  * synchronous one), and the memory store, which has no submit of its own,
  * so the twin wraps it in a store whose submit does the work and
  * completes later through the loop's post queue (or at once, now and
- * then), making the engine take every asynchronous stage.
+ * then), making the engine take every asynchronous stage; it takes
+ * extents too (async_extents, as the upstream store), so s4k_aio_extents
+ * goes through the store's submit (the file store answers extents at
+ * once).
  *
  * usage: file-diverge DIR */
 #define _GNU_SOURCE
@@ -145,6 +148,9 @@ d_submit (struct s4k_store *s, struct s4k_store_req *q)
   case S4K_REQ_ZERO: r = d_zero (s, io->len, io->off, q->may_trim, q->fua);
     break;
   case S4K_REQ_TRIM: r = d_trim (s, io->len, io->off, q->fua); break;
+  case S4K_REQ_EXTENTS:
+    r = d_extents (s, io->len, io->off, q->extent_fn, q->extent_opaque);
+    break;
   default: r = d_flush (s); break;
   }
   if (rnd (4) == 0) {
@@ -215,6 +221,7 @@ open_twin (const struct geom *g, const char *path, struct deferred **deferred)
   if (!st || !(st->inner = s4k_mem_store_new (&c.geom, err, sizeof err)))
     bail ("memory store: %s", st ? err : "out of memory");
   st->base = (struct s4k_store) { .ops = &deferred_ops, .async = true,
+                                  .async_extents = true,
                                   .partial_writes = true };
   *deferred = st;
   if (s4k_dev_new (&d, &c, &st->base, err, sizeof err) < 0)
@@ -286,6 +293,15 @@ extent_cb (void *opaque, uint64_t off, uint64_t len, bool zero)
 }
 
 static bool
+same_extents (const struct extents *a, const struct extents *b)
+{
+  return a->n == b->n &&
+         !memcmp (a->off, b->off, a->n * sizeof a->off[0]) &&
+         !memcmp (a->len, b->len, a->n * sizeof a->len[0]) &&
+         !memcmp (a->zero, b->zero, a->n * sizeof a->zero[0]);
+}
+
+static bool
 same_stats (const struct s4k_stats *a, const struct s4k_stats *b,
             char *why, size_t len)
 {
@@ -342,15 +358,16 @@ twins (const char *dir, const struct geom *geo, bool file, uint64_t seed)
     bail ("out of memory");
 
   rng = seed;
-  unsigned diverged = 0, failed = 0, kinds[5] = { 0 };
+  unsigned diverged = 0, failed = 0, kinds[6] = { 0 };
+  static struct extents xa, xb;
   for (unsigned i = 0; i < REQUESTS; i++) {
     uint64_t off, len;
     pick_range (g, &off, &len);
     if (len > max)
       len = max;
-    unsigned what = rnd (20), flags = rnd (16) == 0 ? S4K_FUA : 0;
+    unsigned what = rnd (22), flags = rnd (16) == 0 ? S4K_FUA : 0;
     int rs, rq;
-    bool read = false;
+    bool read = false, extents = false;
     w.done = false;
     if (what < 8) {             /* write: random bytes, or zeroes */
       kinds[0]++;
@@ -373,6 +390,13 @@ twins (const char *dir, const struct geom *geo, bool file, uint64_t seed)
       rs = s4k_trim (sync, len, off, flags);
       rq = s4k_aio_trim (a, len, off, flags);
     }
+    else if (what >= 20) {      /* extents */
+      extents = true;
+      kinds[5]++;
+      xa.n = xb.n = 0;
+      rs = s4k_extents (sync, len, off, extent_cb, &xa);
+      rq = s4k_aio_extents (a, len, off, extent_cb, &xb);
+    }
     else if (what < 19 || rnd (4)) {    /* read */
       read = true;
       kinds[3]++;
@@ -389,19 +413,22 @@ twins (const char *dir, const struct geom *geo, bool file, uint64_t seed)
     rq = wait_aio (&lp.ring, take_posted, &lp, rq, &w);
     if (rs < 0 && rs != -EINVAL && rs != -ENOSPC && rs != -ENOTSUP)
       failed++;
-    if (rs != rq || (read && rs == 0 && memcmp (ra, rb, len))) {
+    if (rs != rq || (read && rs == 0 && memcmp (ra, rb, len)) ||
+        (extents && rs == 0 && !same_extents (&xa, &xb))) {
       if (diverged++ < 5)
         diag ("%s: request %u (%s at %" PRIu64 " length %" PRIu64 ", flags "
               "%u): synchronous %d, asynchronous %d%s", name, i,
               what < 8 ? "write" : what < 12 ? "zero" : what < 15 ? "trim"
-              : read ? "read" : "flush", off, len, flags, rs, rq,
-              rs == rq ? ", read different bytes" : "");
+              : read ? "read" : extents ? "extents" : "flush", off, len,
+              flags, rs, rq, rs != rq ? "" : read ? ", read different bytes"
+              : ", different runs");
     }
   }
   ok (diverged == 0 && failed == 0, "%s: %u requests (%u writes, %u zeroes, "
-      "%u trims, %u reads, %u flushes), each with the same result through "
-      "both drivers (%u differed, %u failed)", name, REQUESTS, kinds[0],
-      kinds[1], kinds[2], kinds[3], kinds[4], diverged, failed);
+      "%u trims, %u reads, %u flushes, %u extents), each with the same "
+      "result through both drivers (%u differed, %u failed)", name,
+      REQUESTS, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5],
+      diverged, failed);
 
   bool same = s4k_read (sync, all_a, g->size, 0) == 0 &&
               s4k_read (aio, all_b, g->size, 0) == 0;
@@ -415,15 +442,11 @@ twins (const char *dir, const struct geom *geo, bool file, uint64_t seed)
            "bytes", name))
     diag ("first difference at byte %" PRIu64, first_diff);
 
-  static struct extents ea, eb;
-  ea.n = eb.n = 0;
-  int xa = s4k_extents (sync, g->size, 0, extent_cb, &ea);
-  int xb = s4k_extents (aio, g->size, 0, extent_cb, &eb);
-  ok (xa == 0 && xb == 0 && ea.n == eb.n &&
-      !memcmp (ea.off, eb.off, ea.n * sizeof ea.off[0]) &&
-      !memcmp (ea.len, eb.len, ea.n * sizeof ea.len[0]) &&
-      !memcmp (ea.zero, eb.zero, ea.n * sizeof ea.zero[0]),
-      "%s: the same extents (%u and %u runs)", name, ea.n, eb.n);
+  xa.n = xb.n = 0;
+  int ra_ = s4k_extents (sync, g->size, 0, extent_cb, &xa);
+  int rb_ = s4k_extents (aio, g->size, 0, extent_cb, &xb);
+  ok (ra_ == 0 && rb_ == 0 && same_extents (&xa, &xb),
+      "%s: the same extents (%u and %u runs)", name, xa.n, xb.n);
 
   struct s4k_stats sa, sb;
   char why[512] = "";
