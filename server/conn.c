@@ -492,6 +492,72 @@ cmd_done (struct conn *c, const struct nbd_request *rq, int r, size_t base)
   }
 }
 
+/* ---- transmission: block status descriptors and reply ------------------ */
+
+static int
+add_status (void *opaque, uint64_t off, uint64_t len, bool zero)
+{
+  (void) off;
+  struct status_ctx *s = opaque;
+  uint32_t flags = zero ? NBD_STATE_HOLE | NBD_STATE_ZERO : 0;
+  if (len == 0)
+    return 0;
+  if (s->n > 0 && get32 (s->d + 8 * (s->n - 1) + 4) == flags) {
+    uint8_t *last = s->d + 8 * (s->n - 1);
+    put32 (last, get32 (last) + len);   /* clipped to the request: fits */
+    return 0;
+  }
+  if (s->n == s->max)
+    return 1;                   /* enough: the client asks again */
+  put32 (s->d + 8 * s->n, len);
+  put32 (s->d + 8 * s->n + 4, flags);
+  s->n++;
+  return 0;
+}
+
+static unsigned
+status_max (const struct nbd_request *rq)
+{
+  return rq->flags & NBD_CMD_FLAG_REQ_ONE ? 1 : CONN_MAX_EXTENTS;
+}
+
+/* The reply to block status rq whose engine result is r: its
+ * descriptors s->d are in c->out after 24 bytes of room for the header,
+ * from base. */
+static void
+status_done (struct conn *c, const struct nbd_request *rq, int r,
+             size_t base, struct status_ctx *s)
+{
+  if (r < 0) {
+    c->out.len = base;
+    reply_result (c, rq, r, S4K_OP_EXTENTS);
+    return;
+  }
+  if (s->n == 0)                /* cannot happen; stay within the spec */
+    add_status (s, rq->offset, rq->length, false);
+  uint8_t *p = c->out.p + base;
+  chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS,
+                rq->cookie, 4 + 8 * s->n);
+  put32 (p + 20, META_ID);
+  c->out.len = base + 24 + 8 * s->n;
+}
+
+/* A slot's block status ended: its descriptors go after a header in
+ * c->out. */
+static void
+slot_status_done (struct conn *c, struct slot *s, int r)
+{
+  const size_t base = c->out.len;
+  const unsigned n = s->status.n ? s->status.n : 1;
+  uint8_t *p = r < 0 ? NULL : out_grow (c, 24 + 8 * n);
+  if (r >= 0 && !p)
+    return;                     /* hung up */
+  struct status_ctx st = { p ? p + 24 : NULL, s->status.n, n };
+  if (p)
+    memcpy (st.d, s->status.d, 8 * (size_t) s->status.n);
+  status_done (c, &s->req, r, base, &st);
+}
+
 /* ---- transmission: request slots (asynchronous store) ------------------- */
 
 /* The buffer bytes a request holds while it is in flight. */
@@ -546,15 +612,20 @@ slot_get (struct conn *c)
     }
   }
   c->kept_bytes -= s->buf.cap;
-  if (rq->type == NBD_CMD_READ && s->buf.cap < rq->length) {
+  /* A read's data, or block status descriptors. */
+  const size_t need = rq->type == NBD_CMD_READ ? rq->length
+                      : rq->type == NBD_CMD_BLOCK_STATUS
+                      ? 8 * (size_t) status_max (rq) : 0;
+  if (s->buf.cap < need) {
     /* Its reply needs as much in c->out anyway. */
-    uint8_t *p = slot_buf_alloc (&s->buf, rq->length, 0);
+    uint8_t *p = slot_buf_alloc (&s->buf, need, 0);
     if (!p) {
       c->kept_bytes += s->buf.cap;
-      hang_up (c, "out of memory for a read");
+      hang_up (c, rq->type == NBD_CMD_READ ? "out of memory for a read"
+                  : "out of memory for block status");
       return NULL;
     }
-    s->buf = (struct pbuf) { p, rq->length };
+    s->buf = (struct pbuf) { p, need };
   }
   s->used = true;
   s->req = *rq;
@@ -585,6 +656,10 @@ slot_done (struct conn *c, struct slot *s, int r)
 {
   const struct nbd_request *rq = &s->req;
   const size_t base = c->out.len;
+  if (rq->type == NBD_CMD_BLOCK_STATUS) {
+    slot_status_done (c, s, r);
+    goto out;
+  }
   if (rq->type == NBD_CMD_READ && r == 0) {
     const size_t hdr = c->structured ? 28 : 16;
     uint8_t *p = out_grow (c, hdr + rq->length);
@@ -628,6 +703,7 @@ slot_delay (struct conn *c, struct slot *s, int r)
     [NBD_CMD_READ] = S4K_OP_READ, [NBD_CMD_WRITE] = S4K_OP_WRITE,
     [NBD_CMD_FLUSH] = S4K_OP_FLUSH, [NBD_CMD_TRIM] = S4K_OP_TRIM,
     [NBD_CMD_WRITE_ZEROES] = S4K_OP_ZERO,
+    [NBD_CMD_BLOCK_STATUS] = S4K_OP_EXTENTS,    /* no media time */
   };
   const uint64_t due = s4k_dev_timing (c->cfg->dev, op[s->req.type],
                                        s->req.length, s->req.offset, r);
@@ -744,35 +820,11 @@ grow_payload (struct conn *c, size_t need)
   b->cap = cap;
 }
 
-
-struct status_ctx {
-  uint8_t *d;                   /* descriptors */
-  unsigned n, max;
-};
-
-static int
-add_status (void *opaque, uint64_t off, uint64_t len, bool zero)
-{
-  (void) off;
-  struct status_ctx *s = opaque;
-  uint32_t flags = zero ? NBD_STATE_HOLE | NBD_STATE_ZERO : 0;
-  if (len == 0)
-    return 0;
-  if (s->n > 0 && get32 (s->d + 8 * (s->n - 1) + 4) == flags) {
-    uint8_t *last = s->d + 8 * (s->n - 1);
-    put32 (last, get32 (last) + len);   /* clipped to the request: fits */
-    return 0;
-  }
-  if (s->n == s->max)
-    return 1;                   /* enough: the client asks again */
-  put32 (s->d + 8 * s->n, len);
-  put32 (s->d + 8 * s->n + 4, flags);
-  s->n++;
-  return 0;
-}
-
+/* Block status: through slot s (in flight until aio_done, unless the
+ * engine answers at once) where the store's is a round trip, else
+ * inline, the descriptors going straight into the reply in c->out. */
 static void
-cmd_block_status (struct conn *c)
+cmd_block_status (struct conn *c, struct slot *s)
 {
   const struct nbd_request *rq = &c->req;
   if (!c->meta_allocation) {
@@ -784,25 +836,24 @@ cmd_block_status (struct conn *c)
     reply_errorf (c, rq, EINVAL, "block status of length 0");
     return;
   }
-  unsigned max = rq->flags & NBD_CMD_FLAG_REQ_ONE ? 1 : CONN_MAX_EXTENTS;
+  if (s) {
+    s->status = (struct status_ctx) { s->buf.p, 0, status_max (rq) };
+    int r = s4k_aio_extents (s->aio, rq->length, rq->offset, add_status,
+                             &s->status);
+    if (r == 1)
+      c->inflight++;
+    else
+      slot_done (c, s, r);
+    return;
+  }
+  const unsigned max = status_max (rq);
   size_t base = c->out.len;
   uint8_t *p = out_grow (c, 24 + 8 * max);
   if (!p)
     return;
-  struct status_ctx s = { p + 24, 0, max };
-  int r = s4k_extents (c->cfg->dev, rq->length, rq->offset, add_status, &s);
-  if (r < 0) {
-    c->out.len = base;
-    reply_result (c, rq, r, S4K_OP_EXTENTS);
-    return;
-  }
-  if (s.n == 0)                 /* cannot happen; stay within the spec */
-    add_status (&s, rq->offset, rq->length, false);
-  p = c->out.p + base;
-  chunk_header (p, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS,
-                rq->cookie, 4 + 8 * s.n);
-  put32 (p + 20, META_ID);
-  c->out.len = base + 24 + 8 * s.n;
+  struct status_ctx st = { p + 24, 0, max };
+  status_done (c, rq, s4k_extents (c->cfg->dev, rq->length, rq->offset,
+                                   add_status, &st), base, &st);
 }
 
 static const char *const cmd_names[NBD_CMD_COUNT] = {
@@ -868,7 +919,8 @@ check_header (const struct conn *c, const struct nbd_request *rq,
 }
 
 /* True if rq goes to the engine: through a slot with an asynchronous
- * store. */
+ * store (block status: with one whose block status is a round trip;
+ * refusals stay inline). */
 static bool
 engine_cmd (const struct conn *c, const struct nbd_request *rq)
 {
@@ -880,6 +932,9 @@ engine_cmd (const struct conn *c, const struct nbd_request *rq)
   case NBD_CMD_TRIM:
   case NBD_CMD_WRITE_ZEROES:
     return true;
+  case NBD_CMD_BLOCK_STATUS:
+    return c->meta_allocation && rq->length > 0 &&
+           s4k_dev_async_extents (c->cfg->dev);
   default:
     return false;
   }
@@ -969,7 +1024,7 @@ handle_request (struct conn *c)
                   S4K_OP_CACHE);
     break;
   case NBD_CMD_BLOCK_STATUS:
-    cmd_block_status (c);
+    cmd_block_status (c, s);
     break;
   }
   return true;

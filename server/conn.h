@@ -6,8 +6,9 @@
  * With an asynchronous store (file=), reads, writes, flushes, zeroes and
  * trims each take a request slot (its own engine aio, header copy and
  * buffer): up to CONN_MAX_INFLIGHT of them run at once and finish on the
- * event loop's thread, in any order (replies carry the cookie).  Cache,
- * block status, refusals, and everything with the memory store run
+ * event loop's thread, in any order (replies carry the cookie); so does
+ * block status where the store's is a round trip (upstream=).  Cache,
+ * other block status, refusals, and everything with the memory store run
  * inline in conn_process, in order -- except under the timing model
  * (timing=, latency-*=), where the memory store's requests take slots
  * too: each reply then waits for its modelled completion on an io_uring
@@ -121,6 +122,12 @@ struct nbd_request {
 
 struct conn;
 
+/* Block status descriptors being gathered (8 bytes each, at most max). */
+struct status_ctx {
+  uint8_t *d;
+  unsigned n, max;
+};
+
 /* One asynchronous request: reserved when its header is parsed (a write
  * then receives its payload into buf), in the engine from submission
  * until its done callback.  aio and buf are kept for reuse. */
@@ -128,7 +135,9 @@ struct slot {
   struct conn *c;
   struct s4k_aio *aio;            /* created on first use */
   struct nbd_request req;
-  struct pbuf buf;                /* write payload or read data */
+  struct pbuf buf;                /* write payload, read data, or block
+                                     status descriptors */
+  struct status_ctx status;       /* block status: into buf */
   bool used;                      /* reserved or in the engine */
   /* The timing model: the reply waits for the modelled completion. */
   struct s4k_completion timer;
