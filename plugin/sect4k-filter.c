@@ -50,14 +50,23 @@ static bool dev_writable;
 
 /* The next layer of the request this thread is running. */
 static _Thread_local nbdkit_next *tl_next;
+/* The next layer for store calls outside a request (a power cut from
+ * the control socket's thread writing what its outcomes keep, the
+ * write-back at .cleanup): a shared context of our own, opened at the
+ * first writable connection where the plugin may be called from any
+ * thread at any time (the parallel thread model), or at .cleanup. */
+static nbdkit_next *_Atomic own_next;
+static nbdkit_backend *backend;         /* from .open (under dev_lock),
+                                           valid until .cleanup */
+static int thread_model = -1;           /* nbdkit's final one */
 
-/* Store calls outside a request and outside .cleanup (the control
- * socket's thread; the device closing at unload when .cleanup could not
- * reach the next layer) have no next layer to call: they fail with EIO
- * rather than crash. */
-#define NEXT_OR_EIO(next)                       \
-  nbdkit_next *next = tl_next;                  \
-  if (!next)                                    \
+/* Store calls with no next layer to call (the control socket's thread
+ * over a plugin that is not parallel, the device closing at unload when
+ * .cleanup could not reach the next layer) fail with EIO rather than
+ * crash. */
+#define NEXT_OR_EIO(next)                                               \
+  nbdkit_next *next = tl_next ? tl_next : atomic_load (&own_next);      \
+  if (!next)                                                            \
     return -EIO
 
 struct handle {
@@ -300,11 +309,18 @@ sect4k_unload (void)
   free (dev_export);
 }
 
-/* A context of our own into the next layer, for the write-back, or NULL.
- * nbdkit checks that a context was asked its size and whether it can
- * write before it is written to. */
+static int
+sect4k_get_ready (int model)
+{
+  thread_model = model;
+  return 0;
+}
+
+/* A context of our own into the next layer (own_next), or NULL.  nbdkit
+ * checks that a context was asked its size and whether it can write
+ * before it is written to. */
 static nbdkit_next *
-open_for_write_back (nbdkit_backend *backend)
+open_own_next (void)
 {
   nbdkit_next *next = nbdkit_next_context_open (backend, 0, dev_export, 1);
   if (!next)
@@ -322,19 +338,20 @@ open_for_write_back (nbdkit_backend *backend)
 }
 
 /* Every connection has ended and the next layer is still there: the
- * device closes with a next layer to call, so that the fault layer's
- * write-back (a clean power-down flushes a drive's cache) reaches the
- * plugin. */
+ * device closes with a next layer to call (own_next, opened now if it
+ * was not), so that the fault layer's write-back (a clean power-down
+ * flushes a drive's cache) reaches the plugin. */
 static void
-sect4k_cleanup (nbdkit_backend *backend)
+sect4k_cleanup (nbdkit_backend *b)
 {
+  (void) b;                     /* the one .open saw */
   if (!dev)
     return;
-  nbdkit_next *next = dev_writable ? open_for_write_back (backend) : NULL;
-  tl_next = next;
+  if (dev_writable && !own_next)
+    own_next = open_own_next ();
   s4k_dev_close (dev);
   dev = NULL;
-  tl_next = NULL;
+  nbdkit_next *next = atomic_exchange (&own_next, NULL);
   if (next) {
     next->finalize (next);
     nbdkit_next_context_close (next);
@@ -462,6 +479,10 @@ sect4k_open (nbdkit_next_open *next, nbdkit_context *context, int readonly,
   (void) is_tls;
   if (next (context, readonly, exportname) == -1)
     return NULL;
+  pthread_mutex_lock (&dev_lock);
+  if (!backend)
+    backend = nbdkit_context_get_backend (context);
+  pthread_mutex_unlock (&dev_lock);
   struct handle *h = calloc (1, sizeof *h);
   if (h && !(h->exportname = strdup (exportname))) {
     free (h);
@@ -498,8 +519,11 @@ sect4k_prepare (nbdkit_next *next, void *handle, int readonly)
       r = -1;
     }
   }
-  if (r == 0 && !readonly)
+  if (r == 0 && !readonly) {
     dev_writable = true;
+    if (!own_next && thread_model == NBDKIT_THREAD_MODEL_PARALLEL)
+      own_next = open_own_next ();
+  }
   pthread_mutex_unlock (&dev_lock);
   return r;
 }
@@ -639,6 +663,7 @@ static struct nbdkit_filter filter = {
                  "read-modify-write of physical sectors like a 512e drive.",
   .load = sect4k_load,
   .unload = sect4k_unload,
+  .get_ready = sect4k_get_ready,
   .cleanup = sect4k_cleanup,
   .config = sect4k_config,
   .config_complete = sect4k_config_complete,
