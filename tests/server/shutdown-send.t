@@ -51,7 +51,11 @@ def run(round_):
             return 1
         bufs = []                       # alive until their replies
         n = 0
+        # The signal goes mid-stream: after a share of the writes is sent
+        # (a fast machine writes all 512 MiB before a fixed delay ends, and
+        # then no signal was ever sent), or after a delay on a slow one.
         t_sig = time.monotonic() + 0.3 + 0.2 * round_
+        n_sig = REGIONS * (2 + round_) // 8
         sent_sig = False
         deadline = time.monotonic() + 30
         try:
@@ -65,7 +69,7 @@ def run(round_):
                 if n == REGIONS and h.aio_in_flight() == 0:
                     break
                 h.poll(100)
-                if not sent_sig and time.monotonic() > t_sig:
+                if not sent_sig and (n >= n_sig or time.monotonic() > t_sig):
                     srv.proc.send_signal(signal.SIGTERM)
                     sent_sig = True
         except nbd.Error as e:
