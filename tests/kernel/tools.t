@@ -86,4 +86,25 @@ else
   fails "attach refuses when the nbd driver is missing" "nbd driver is missing" \
     "$attach" "nbd+unix:///?socket=$sock"
 fi
+# sect4k-attach --scsi: what it refuses before starting a server (the
+# disk itself needs target_core_user: linux-*.t test it in the guests).
+export SECT4K_ATTACH_STATE=$dir/state SECT4K_SERVER=${SECT4K_SERVER:-$top/sect4k-server}
+fails "attach --scsi refuses a non-NBD URI" "is not an NBD URI" "$attach" --scsi /dev/sda
+fails "attach --scsi refuses a server that advertises no block sizes" "advertises no block sizes" \
+  "$attach" --scsi "nbd+unix:///?socket=$dir/nosize.sock"
+fails "attach --scsi names a server it cannot reach" "cannot query" \
+  "$attach" --scsi "nbd+unix:///?socket=$dir/none.sock"
+fails "attach --scsi refuses a key it sets itself" "sets physical= itself" \
+  "$attach" --scsi "nbd+unix:///512e?socket=$sock" physical=512
+fails "attach --scsi refuses an alignment-offset= that is not a number" "is not a number of bytes" \
+  "$attach" --scsi "nbd+unix:///512e?socket=$sock" alignment-offset=3.5K
+fails "attach --scsi refuses a word that is not KEY=VALUE" "is not KEY=VALUE" \
+  "$attach" --scsi "nbd+unix:///512e?socket=$sock" write-cache
+if [ -x "$SECT4K_SERVER" ] && [ ! -d /sys/module/target_core_user ]; then
+  fails "attach --scsi relays the server's one line when the kernel cannot make the disk" \
+    "sect4k-server --scsi gave no disk: ." "$attach" --scsi "nbd+unix:///512e?socket=$sock"
+  is "attach --scsi leaves no state behind when it fails" "$(ls "$dir/state" 2>/dev/null)" ""
+fi
+fails "detach refuses a SCSI disk it did not attach" "was not attached by sect4k-attach --scsi" \
+  "$attach" --detach /dev/sdzz
 echo "1..$n"

@@ -3,6 +3,8 @@
 # dd, util-linux and e2fsprogs in /opt/bin).  Arguments: the suites to run.
 #   nbd     the Linux nbd driver attached by sect4k-attach, one case at a time
 #   virtio  the virtio-blk disks the host gave qemu (one per case, serial=name)
+#   faults  bad sectors and power cuts through the nbd driver
+#   scsi, scsi_bench   guest/scsi.sh
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
 # The host numbers the tests and checks that all of them came.
 PLUGIN=/opt/sect4k/sect4k.so
@@ -384,5 +386,7 @@ suite_faults () {
   unload_nbd
 }
 
+# The SCSI suites (issue 22).
+. /scsi.sh
 for s in "$@"; do "suite_$s"; done
 echo "S4K: TESTS $n"
