@@ -386,3 +386,53 @@ scsi_attach_tests () {
   stop_server
   rm -f /tmp/att.*
 }
+
+# ---- scsi_bench: fio IOPS, /dev/sdX against /dev/nbdN ----------------------
+# One sect4k-server export (512e, memory), seen by the kernel twice: as a
+# SCSI disk (TCMU + tcm_loop) and through the nbd driver (its --unix
+# listener).  4 KiB random reads and writes, O_DIRECT, libaio at queue
+# depth 16, each device in turn, twice.  TCG makes the absolute numbers
+# meaningless: the ratio is the result.
+BENCH_SECS=4
+fio_iops () {  # DEV RW: IOPS (integer)
+  fio --name=b --filename="$1" --direct=1 --ioengine=libaio --rw="$2" --bs=4k \
+    --iodepth=16 --size=128M --runtime=$BENCH_SECS --time_based --norandommap \
+    --randrepeat=0 --output-format=terse --terse-version=3 2>/tmp/fio.err |
+    awk -F';' -v rw="$2" '{ print (rw == "randread") ? $8 : $49 }'
+}
+suite_scsi_bench () {
+  local SCSI_SIZE=256M nbd sd rw rep a b sum_sd sum_nbd
+  [ -x /opt/bin/fio ] || { nok "scsi bench: fio is in the guest"; return; }
+  if ! sect4k-server --help 2>&1 | grep -q -- '--scsi'; then
+    ok "scsi bench # SKIP this sect4k-server has no --scsi"; return
+  fi
+  if ! scsi_start bench model=512e; then nok "scsi bench: sect4k-server --scsi printed a /dev/sdX"; return; fi
+  sd=$scsi_dev
+  load_nbd
+  nbd=$(sect4k-attach 'nbd+unix:///?socket=/tmp/bench.sock' 2>/dev/null | head -n 1)
+  case "$nbd" in /dev/nbd*) ;; *) nok "scsi bench: the export's NBD listener attached"; scsi_stop "scsi bench"; unload_nbd; return ;; esac
+  # Reads of never-written sectors are cheaper: write the range first.
+  dd if=/dev/urandom of=/tmp/fill bs=1M count=8 status=none
+  for i in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+    dd if=/tmp/fill of="$sd" bs=1M seek=$((i * 8)) oflag=direct conv=notrunc status=none
+  done
+  rm -f /tmp/fill
+  diag "scsi bench: 512e, memory store, 4 KiB O_DIRECT libaio QD 16, $BENCH_SECS s per run, $sd (SCSI) and $nbd (nbd) on one export"
+  for rw in randread randwrite; do
+    sum_sd=0 sum_nbd=0
+    for rep in 1 2; do
+      a=$(fio_iops "$sd" $rw) b=$(fio_iops "$nbd" $rw)
+      diag "scsi bench: $rw run $rep: $sd ${a:-?} IOPS, $nbd ${b:-?} IOPS"
+      sum_sd=$((sum_sd + ${a:-0})) sum_nbd=$((sum_nbd + ${b:-0}))
+    done
+    if [ "$sum_sd" -gt 0 ] && [ "$sum_nbd" -gt 0 ]; then
+      ok "scsi bench: fio $rw ran on both"
+      diag "scsi bench: $rw: SCSI/nbd IOPS ratio $((sum_sd * 100 / sum_nbd / 100)).$(printf '%02d' $((sum_sd * 100 / sum_nbd % 100))) ($((sum_sd / 2)) against $((sum_nbd / 2)) IOPS)"
+    else
+      nok "scsi bench: fio $rw ran on both"; diag "$(cat /tmp/fio.err)"
+    fi
+  done
+  sect4k-attach --detach "$nbd" >/dev/null 2>&1
+  unload_nbd
+  scsi_stop "scsi bench"
+}
