@@ -168,17 +168,17 @@ struct s4k_scsi_cmd {
   /* Private to lib/scsi.c. */
   struct {
     struct s4k_scsi_op inline_ops[2];
-    void *owned;              /* ops array or scratch buffer to free */
-    void *scratch;
+    struct s4k_scsi_op *owned_ops;  /* when more than two */
+    uint8_t *scratch;         /* VERIFY's reads, WRITE SAME's pattern */
     uint8_t *data;
     size_t data_len;
-    const uint8_t *compare;   /* VERIFY BYTCHK: the data-out to match */
-    uint64_t lba, blocks;
-    uint64_t compare_len;
-    unsigned epoch;
+    uint64_t lba, blocks;     /* the command's range */
+    uint64_t salvage_start, salvage_pos, salvage_end;
+    uint8_t *salvage_buf;     /* where salvage_start's bytes go */
+    unsigned epoch;           /* power cuts at exec */
     uint8_t opcode;
-    uint8_t phase;
-    bool bytchk_same;
+    uint8_t kind;             /* what done finishes (lib/scsi.c) */
+    uint8_t bytchk;           /* VERIFY: 0, 1 (all data), 3 (one block) */
   } priv;
 };
 
