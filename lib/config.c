@@ -53,7 +53,9 @@ const char s4k_config_help[] =
   "exports=LIST          One export per preset in LIST, named after it, e.g.\n"
   "                      exports=512n,512e,512e-xp,4kn (before any export=).\n"
   "                      With several exports, a default statsfile=s.json\n"
-  "                      becomes s.NAME.json for each.\n"
+  "                      becomes s.NAME.json for each (write-log= too).\n"
+  "write-log=PATH        Log every write, zero, trim, flush and mark with its\n"
+  "                      data, in dm-log-writes' format (docs/write-log.md).\n"
   S4K_FAULT_HELP
   "timing=hdd7200|ssd|none  Model a drive's service time: presets for the\n"
   "                      keys below (default none: no delay).\n"
@@ -254,6 +256,13 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
       return -1;
     }
     c->statsfile = value;
+  }
+  else if (strcmp (key, "write-log") == 0) {
+    if (*value == '\0') {
+      snprintf (err, errlen, "write-log=: the path is empty");
+      return -1;
+    }
+    c->write_log = value;
   }
   else if (strcmp (key, "stats-interval") == 0) {
     uint64_t v;

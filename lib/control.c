@@ -7,6 +7,7 @@
  *   bad list                                  one "FIRST-LAST" per run
  *   stats                                     the statistics JSON
  *   status                                    key=value lines
+ *   mark NAME                                 a mark in the write log
  * scripts/sect4k-ctl speaks it. */
 #define _GNU_SOURCE             /* pipe2, accept4 */
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "fault.h"
+#include "sect4k/wlog.h"
 
 #define LINE_MAX_LEN 4096
 
@@ -114,7 +116,7 @@ command (struct control *c, char *line, FILE *out, char *err, size_t errlen)
   }
   if (n == 0) {
     snprintf (err, errlen, "empty command (known: power-cut, bad, stats, "
-              "status)");
+              "status, mark)");
     return -1;
   }
   if (strcmp (words[0], "power-cut") == 0) {
@@ -163,8 +165,24 @@ command (struct control *c, char *line, FILE *out, char *err, size_t errlen)
     s4k_dev_fault_status (c->dev, out);
     return 0;
   }
+  if (strcmp (words[0], "mark") == 0) {
+    if (n != 2) {
+      snprintf (err, errlen, "usage: mark NAME (one word)");
+      return -1;
+    }
+    int r = s4k_dev_wlog_mark (c->dev, words[1]);
+    if (r == -ENOTSUP)
+      snprintf (err, errlen, "mark: no write log (give write-log=PATH)");
+    else if (r == -EINVAL)
+      snprintf (err, errlen, "mark %.40s: a name of 1 to %u bytes",
+                words[1], S4K_WLOG_MARK_MAX);
+    else if (r)
+      snprintf (err, errlen, "mark %s: the write log failed: %s", words[1],
+                s4k_strerror (-r));
+    return r ? -1 : 0;
+  }
   snprintf (err, errlen, "unknown command '%s' (known: power-cut, bad, "
-            "stats, status)", words[0]);
+            "stats, status, mark)", words[0]);
   return -1;
 }
 

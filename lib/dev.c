@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 
 #include "sect4k/sect4k.h"
+#include "sect4k/wlog.h"
 #include "store.h"
 #include "fault.h"
 #include "lock.h"
@@ -29,6 +30,8 @@ struct s4k_dev {
   uint64_t shift, pmask;        /* s4k_sector_shift, physical - 1 */
   uint64_t fast_max;            /* longest fast-path request: 0 when
                                    counting (every request is planned) */
+  uint64_t fast_write_max;      /* the same for writes: 0 also when
+                                   logging them */
   unsigned pbits;               /* log2 physical */
   uint32_t max_request;
   bool strict;
@@ -42,6 +45,7 @@ struct s4k_dev {
   struct s4k_fault *fault;      /* the fault layer over the store, or NULL */
   const char *name;             /* export name or NULL: for statistics */
   struct s4k_timing *timing;    /* NULL unless a timing key asks */
+  struct s4k_wlog *wlog;        /* write-log=, or NULL */
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -117,7 +121,17 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->shift = s4k_sector_shift (&d->g);
   d->pmask = d->g.physical - 1;
   d->pbits = __builtin_ctz (d->g.physical);
+  if (c->write_log &&
+      s4k_wlog_create (&d->wlog, c->write_log, &d->g, c->name, err,
+                       errlen) == -1) {
+    s4k_timing_free (d->timing);
+    s4k_locks_free (d->locks);
+    free (d);
+    store->ops->close (store);
+    return -EINVAL;
+  }
   d->fast_max = d->counting ? 0 : d->max_request;
+  d->fast_write_max = d->wlog ? 0 : d->fast_max;
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;
@@ -168,6 +182,7 @@ s4k_dev_close (struct s4k_dev *d)
   s4k_locks_free (d->locks);
   stats_free (&d->stats);
   s4k_timing_free (d->timing);
+  s4k_wlog_free (d->wlog);
   free (d);
 }
 
@@ -642,12 +657,83 @@ needs_cut (const struct request *q)
          !q->partial && cuts (q);
 }
 
-/* The request is over with r: unlock, hand over a read's cut bytes,
- * count it. */
+/* ---- the write log (write-log=) ---------------------------------------- */
+
+/* Bytes [pos, pos+n) of a cut sector as the request left it: the merged
+ * head or tail sector, or (a write the store merged itself) read back. */
+static int
+cut_bytes (struct s4k_dev *d, const struct request *q, uint64_t pos,
+           char *dst, uint64_t n)
+{
+  const struct span *s = &q->s;
+  const bool head = pos < s->head_end;
+  const uint64_t start = head ? s->head_start : s->tail_start;
+  const uint64_t end = head ? s->head_end : s->tail_end;
+  if (!q->partial) {
+    memcpy (dst, q->cut + (head ? 0 : d->g.physical) + (pos - start), n);
+    return 0;
+  }
+  char *sector = malloc (end - start);
+  if (!sector)
+    return -ENOMEM;
+  struct s4k_io io = { sector, end - start, start };
+  int r = d->store->ops->read (d->store, &io, 1);
+  if (r == 0)
+    memcpy (dst, sector + (pos - start), n);
+  free (sector);
+  return r;
+}
+
+/* The entry of a write, zero or trim that completed: the range the
+ * request changed, widened to 512-byte sectors with the bytes around it
+ * as they now stand (only a request off 512-byte sectors, strict=false,
+ * needs that); a trim: the whole sectors it freed. */
+static __attribute__ ((noinline, cold)) int
+wlog_request (struct s4k_dev *d, const struct request *q)
+{
+  const uint64_t fua = q->flags & S4K_FUA ? S4K_WLOG_FUA : 0;
+  if (q->op == S4K_OP_TRIM)
+    return s4k_wlog_append (d->wlog, S4K_WLOG_DISCARD | fua, q->s.mid_start,
+                            q->s.mid_end - q->s.mid_start, NULL);
+  const uint64_t flags = fua | (q->op == S4K_OP_ZERO ? S4K_WLOG_ZERO : 0);
+  const uint64_t off = q->off, end = off + q->len;
+  const uint64_t start = off & ~(uint64_t) (S4K_WLOG_SECTOR - 1);
+  const uint64_t stop = (end + S4K_WLOG_SECTOR - 1) &
+                        ~(uint64_t) (S4K_WLOG_SECTOR - 1);
+  if (start == off && stop == end)
+    return s4k_wlog_append (d->wlog, flags, off, q->len, q->buf);
+  char *buf = calloc (1, stop - start);
+  if (!buf)
+    return -ENOMEM;
+  int r = 0;
+  if (q->buf)
+    memcpy (buf + (off - start), q->buf, q->len);
+  if (start < off)
+    r = cut_bytes (d, q, start, buf, off - start);
+  if (r == 0 && end < stop)
+    r = cut_bytes (d, q, end, buf + (end - start), stop - end);
+  if (r == 0)
+    r = s4k_wlog_append (d->wlog, flags, start, stop - start, buf);
+  free (buf);
+  return r;
+}
+
+int
+s4k_dev_wlog_mark (struct s4k_dev *d, const char *name)
+{
+  return d->wlog ? s4k_wlog_mark (d->wlog, name) : -ENOTSUP;
+}
+
+/* The request is over with r: log it (still under its sector locks, so
+ * that requests sharing a physical sector are logged in the order the
+ * store applied them), unlock, hand over a read's cut bytes, count it. */
 S4K_INLINE int
 finish (struct s4k_dev *d, struct request *q, int r)
 {
   const struct span *s = &q->s;
+  if (__builtin_expect (d->wlog != NULL, 0) && r == 0 &&
+      q->op != S4K_OP_READ && q->op != S4K_OP_FLUSH)
+    r = wlog_request (d, q);
   if (q->locked) {
     s4k_unlock (d->locks, s->lock_first, s->lock_last, q->op == S4K_OP_READ);
     q->locked = false;
@@ -701,6 +787,11 @@ run (struct s4k_dev *d, struct request *q, struct s4k_store_req *sq,
   }
 
   if (q->op == S4K_OP_FLUSH) {
+    /* Logged as it starts: the entries before it are the requests
+     * completed before it, which it makes durable. */
+    if (__builtin_expect (d->wlog != NULL, 0) &&
+        (r = s4k_wlog_flush (d->wlog)))
+      goto done;
     q->stage = ST_FLUSH;
     sq->kind = S4K_REQ_FLUSH;
     sq->n = 0;
@@ -801,10 +892,10 @@ sync_request (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
  * refuse, no cut sector, so no plan (a shift and a mask).  The sectors
  * are [*first, *last]. */
 S4K_INLINE bool
-whole_sectors (const struct s4k_dev *d, uint64_t len, uint64_t off,
-               uint64_t *first, uint64_t *last)
+whole_sectors (const struct s4k_dev *d, uint64_t max, uint64_t len,
+               uint64_t off, uint64_t *first, uint64_t *last)
 {
-  if (len - 1 >= d->fast_max ||
+  if (len - 1 >= max ||
       (((off + d->shift) | len) & d->pmask) ||
       off > d->g.size || len > d->g.size - off)
     return false;
@@ -832,7 +923,8 @@ int
 s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
 {
   uint64_t first, last;
-  if (d->lockfree_reads && whole_sectors (d, len, off, &first, &last)) {
+  if (d->lockfree_reads &&
+      whole_sectors (d, d->fast_max, len, off, &first, &last)) {
     struct s4k_io io = { buf, len, off };
     return d->store->ops->read (d->store, &io, 1);
   }
@@ -867,7 +959,7 @@ s4k_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
   uint64_t first, last;
   if (!d->store->ops->read_iov)
     return -ENOTSUP;
-  if (whole_sectors (d, len, off, &first, &last))
+  if (whole_sectors (d, d->fast_max, len, off, &first, &last))
     return d->store->ops->read_iov (d->store, len, off, iov, max);
   return planned_read_iov (d, len, off, iov, max);
 }
@@ -877,7 +969,7 @@ s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
            unsigned flags)
 {
   uint64_t first, last;
-  if (whole_sectors (d, len, off, &first, &last)) {
+  if (whole_sectors (d, d->fast_write_max, len, off, &first, &last)) {
     struct s4k_io io = { (void *) buf, len, off };
     s4k_lock (d->locks, first, last, false);
     int r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);

@@ -174,8 +174,8 @@ s4k_exports_set (struct s4k_exports *t, const char *key, const char *value,
   return 0;
 }
 
-/* The defaults' statsfile= for export name: stats.json -> stats.NAME.json,
- * stats -> stats.NAME. */
+/* The defaults' statsfile= (or write-log=) for export name: stats.json ->
+ * stats.NAME.json, stats -> stats.NAME. */
 static char *
 statsfile_for (const char *path, const char *name)
 {
@@ -226,6 +226,14 @@ s4k_exports_finish (struct s4k_exports *t, char *err, size_t errlen)
       }
       e->cfg.statsfile = e->statsfile;
     }
+    if (t->n > 1 && e->cfg.write_log &&
+        e->cfg.write_log == t->defaults.write_log) {
+      if (!(e->write_log = statsfile_for (e->cfg.write_log, e->name))) {
+        snprintf (err, errlen, "export=%s: out of memory", e->name);
+        return -1;
+      }
+      e->cfg.write_log = e->write_log;
+    }
     if (s4k_config_finish (&e->cfg, e2, sizeof e2) == -1) {
       if (t->named)
         snprintf (err, errlen, "export=%s: %s", e->name, e2);
@@ -246,6 +254,13 @@ s4k_exports_finish (struct s4k_exports *t, char *err, size_t errlen)
         snprintf (err, errlen, "export=%s: statsfile=%s is also export %s's "
                   "(each export needs a statsfile of its own)", e->name,
                   e->cfg.statsfile, o->name);
+        return -1;
+      }
+      if (e->cfg.write_log && o->cfg.write_log &&
+          same_file (e->cfg.write_log, o->cfg.write_log)) {
+        snprintf (err, errlen, "export=%s: write-log=%s is also export %s's "
+                  "(each export needs a log of its own)", e->name,
+                  e->cfg.write_log, o->name);
         return -1;
       }
     }
@@ -287,6 +302,7 @@ s4k_exports_close (struct s4k_exports *t)
     s4k_dev_close (t->v[i].dev);
     free (t->v[i].name);
     free (t->v[i].statsfile);
+    free (t->v[i].write_log);
   }
   free (t->v);
   free (t->presets);

@@ -20,6 +20,8 @@ struct s4k_export {
   struct s4k_config cfg;        /* the defaults, then the export's keys */
   struct s4k_dev *dev;          /* after s4k_exports_open */
   char description[256];        /* after s4k_exports_open */
+  char *write_log;              /* owned: the defaults' write-log= with the
+                                   export's name inserted, or NULL */
   char *statsfile;              /* owned: the defaults' statsfile= with the
                                    export's name inserted, or NULL */
 };

@@ -155,6 +155,8 @@ struct s4k_config {
   bool stats_count;           /* count requests: set by config_finish when
                                  statsfile= or stats= asks for them */
   struct s4k_fault_config fault;
+  const char *write_log;      /* write-log=: the log of every write, flush
+                                 and mark (include/sect4k/wlog.h) */
   const char *name;           /* export name (export=), NULL if unnamed;
                                  set by the export table (exports.h) */
   struct s4k_timing_params timing;   /* latency-*=, rate=, timing=, ... */
