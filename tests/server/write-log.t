@@ -1,0 +1,161 @@
+#!/usr/bin/python3
+"""write-log= through both front ends (nbdkit plugin, sect4k-server on the
+memory and the file store): a libnbd workload (writes, FUA, zero, trim,
+flush, an unaligned write, a mark through sect4k-ctl) gives the expected
+entries in order, read here with an independent parser of dm-log-writes'
+format and with the engine's reader (sect4k-wlog-dump); replaying the log
+onto a zeroed image gives the device's final content byte for byte.  Bad
+input: write-log= on an unwritable path is one clear line and exit."""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tap import ok, diag, done_testing, Nbdkit, need_nbd  # noqa: E402
+from srvlib import Server, SERVER  # noqa: E402
+
+nbd = need_nbd()
+TOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+CTL = os.path.join(TOP, "scripts", "sect4k-ctl")
+DUMP = os.path.join(os.environ.get("SECT4K_BUILD", os.path.join(TOP, "build",
+                                                                "default")),
+                    "sect4k-wlog-dump")
+SIZE = 1 << 20
+MAGIC = 0x6a736677736872
+FLUSH, FUA, DISCARD, MARK, ZERO, GEOMETRY = 1, 2, 4, 8, 1 << 16, 1 << 17
+
+
+def parse(path):
+    """(nr_entries, [(flags, off, len, data or mark name)]): the format as
+    Linux's dm-log-writes lays it out, written out here independently."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    magic, version, nr, ss = struct.unpack_from("<QQQI", raw, 0)
+    assert magic == MAGIC and version == 1, (magic, version)
+    pos, out = ss, []
+    for _ in range(nr):
+        sector, nsect, flags, dlen = struct.unpack_from("<QQQQ", raw, pos)
+        if flags & MARK:
+            out.append((flags, 0, 0, raw[pos + 32:pos + 32 + dlen].decode()))
+            pos += ss
+            continue
+        n = nsect * ss
+        data = b"" if flags & DISCARD else raw[pos + ss:pos + ss + n]
+        out.append((flags, sector * ss, n, data))
+        pos += ss + len(data)
+    return nr, out
+
+
+def replay(entries):
+    """The device's content rebuilt from the log: writes, zeroes; a trim
+    reads back as zeroes on sect4k's stores."""
+    img = bytearray(SIZE)
+    for flags, off, n, data in entries:
+        if flags & MARK:
+            continue
+        img[off:off + n] = bytes(n) if flags & DISCARD else data
+    return bytes(img)
+
+
+def workload(h, ctlpath):
+    h.pwrite(b"a" * 4096, 8192)                          # whole sector
+    h.pwrite(b"b" * 512, 1024, nbd.CMD_FLAG_FUA)         # RMW, FUA
+    h.zero(8192, 65536)
+    h.trim(16384 + 512, 131072)          # the whole sectors within it
+    h.trim(512, 4096 + 512)              # inside one sector: nothing
+    h.flush()
+    r = subprocess.run([CTL, ctlpath, "mark", "after-flush"],
+                       capture_output=True, text=True, timeout=60)
+    h.pwrite(b"c" * 100, 3000)                           # off 512 sectors
+    h.pwrite(os.urandom(12288), 200704, nbd.CMD_FLAG_FUA)
+    return r.returncode
+
+
+# (flags, off, len) of what the workload above gives, in order.
+EXPECTED = [
+    (MARK | GEOMETRY, 0, 0),
+    (0, 8192, 4096),
+    (FUA, 1024, 512),
+    (ZERO, 65536, 8192),
+    (DISCARD, 131072, 16384),
+    (FLUSH, 0, 0),
+    (MARK, 0, 0),
+    (0, 2560, 1024),          # [3000, 3100) widened to 512-byte sectors
+    (FUA, 200704, 12288),
+]
+
+
+def check(name, start):
+    d = tempfile.mkdtemp(prefix="sect4k-wlog.")
+    log, ctlpath = os.path.join(d, "log"), os.path.join(d, "ctl")
+    args = ("size=%d" % SIZE, "model=512e", "strict=false",
+            "write-log=" + log, "control=" + ctlpath)
+    with start(*args) as srv:
+        h = nbd.NBD()
+        h.set_strict_mode(0)            # let the unaligned write through
+        h.connect_uri(srv.uri)
+        ok(workload(h, ctlpath) == 0, "%s: sect4k-ctl mark" % name)
+        final = h.pread(SIZE, 0)
+        h.shutdown()
+        srv.stop()
+    nr, entries = parse(log)
+    got = [(f, o, n) for f, o, n, _ in entries]
+    # sect4k-server flushes when the client disconnects: a last flush.
+    if not ok(got[:len(EXPECTED)] == EXPECTED and
+              all(e == (FLUSH, 0, 0) for e in got[len(EXPECTED):]),
+              "%s: the entries, in order" % name):
+        diag("got %s" % got)
+    ok(entries[0][3].startswith("sect4k-geometry size=1048576 logical=512 "
+                                "physical=4096 alignment=0"),
+       "%s: the geometry entry: %s" % (name, entries[0][3]))
+    ok(entries[6][3] == "after-flush", "%s: the mark's name" % name)
+    ok(replay(entries) == final,
+       "%s: replaying the log onto zeroes gives the device's content" % name)
+    p = subprocess.run([DUMP, log, "--summary"], capture_output=True,
+                       text=True)
+    ok(p.returncode == 0 and p.stdout.startswith(
+        "entries=%d writes=5 zeros=1 discards=1 flushes=%d fua=2 marks=2 "
+        % (nr, nr - 8)),
+       "%s: the engine's reader agrees: %s" % (name, p.stdout.strip()
+                                              or p.stderr.strip()))
+
+
+check("nbdkit", lambda *a: Nbdkit(*a))
+check("sect4k-server", lambda *a: Server(*a))
+check("sect4k-server file store", lambda *a: Server(*a, file_store=True))
+
+# Several exports: each its own log, named as statsfile= names them.
+d = tempfile.mkdtemp(prefix="sect4k-wlog.")
+with Server("write-log=" + os.path.join(d, "w.log"), "size=1M",
+            "export=a", "export=b") as srv:
+    for name in "ab":
+        h = nbd.NBD()
+        h.connect_uri(srv.uri.replace(":///", ":///" + name))
+        h.pwrite(b"x" * 4096, 4096 if name == "a" else 8192)
+        h.shutdown()
+    srv.stop()
+got = {n: parse(os.path.join(d, "w.%s.log" % n))[1] for n in "ab"
+       if os.path.exists(os.path.join(d, "w.%s.log" % n))}
+ok(len(got) == 2 and got["a"][1][1] == 4096 and got["b"][1][1] == 8192 and
+   got["a"][0][3].endswith("export=a"),
+   "several exports: w.a.log and w.b.log, each its export's writes")
+
+# Bad input: one clear line, and no server.
+p = subprocess.run([SERVER, "--unix", os.path.join(d, "s"), "size=1M",
+                    "write-log=/nonexistent/dir/log"],
+                   capture_output=True, text=True, timeout=60)
+err = [l for l in p.stderr.splitlines() if "write-log" in l]
+ok(p.returncode != 0 and len(err) == 1 and
+   "write-log=/nonexistent/dir/log: cannot create the log: No such file"
+   in err[0], "sect4k-server, unwritable write-log=: %s" % p.stderr.strip())
+p = subprocess.run(["nbdkit", "-U", os.path.join(d, "s2"), "-f",
+                    os.environ.get("SECT4K_PLUGIN", os.path.join(TOP,
+                                                                 "sect4k.so")),
+                    "size=1M", "write-log=/nonexistent/dir/log"],
+                   capture_output=True, text=True, timeout=60)
+err = [l for l in p.stderr.splitlines() if "write-log" in l]
+ok(p.returncode != 0 and len(err) == 1 and "cannot create the log" in err[0],
+   "nbdkit, unwritable write-log=: %s" % p.stderr.strip())
+done_testing()
