@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <signal.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "server.h"
+#include "tcmu.h"
 #include "sect4k/exports.h"
 
 #define PROG "sect4k-server"
@@ -59,6 +61,9 @@ usage (FILE *f)
 "                             nothing for S seconds (default 0: never)\n"
 "      --nbd-stats FILE       write connection and NBD request counts at\n"
 "                             exit (- for stderr; stats= is the device's)\n"
+"      --scsi                 also (or, without --unix/--listen, only) as\n"
+"                             local SCSI disks /dev/sdX, one per export,\n"
+"                             through target_core_user and tcm_loop (root)\n"
 "  -v, --verbose              log connections and refused requests\n"
 "  -h, --help                 this text\n"
 "  -V, --version              print the version\n"
@@ -318,7 +323,7 @@ int
 main (int argc, char **argv)
 {
   enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_NBD_STATS,
-         OPT_OLD_STATS, OPT_IDLE_TIMEOUT };
+         OPT_OLD_STATS, OPT_IDLE_TIMEOUT, OPT_SCSI };
   static const struct option longopts[] = {
     { "unix", required_argument, NULL, 'U' },
     { "listen", required_argument, NULL, 'l' },
@@ -331,6 +336,7 @@ main (int argc, char **argv)
     { "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
     { "nbd-stats", required_argument, NULL, OPT_NBD_STATS },
     { "stats", required_argument, NULL, OPT_OLD_STATS },
+    { "scsi", no_argument, NULL, OPT_SCSI },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
@@ -341,7 +347,7 @@ main (int argc, char **argv)
    * write fails instead, as in nbdkit.  Sockets use MSG_NOSIGNAL. */
   signal (SIGPIPE, SIG_IGN);
   const char *unix_path = NULL, *listen_spec = NULL, *stats_file = NULL;
-  bool allow_remote = false;
+  bool allow_remote = false, scsi = false;
   long ncpu = sysconf (_SC_NPROCESSORS_ONLN);
   s.threads = ncpu < 1 ? 1 : ncpu > 4 ? 4 : ncpu;
   s.max_connections = 128;
@@ -387,6 +393,7 @@ main (int argc, char **argv)
                "(stats= is the device's statistics)\n");
       /* fall through */
     case OPT_NBD_STATS: stats_file = optarg; break;
+    case OPT_SCSI: scsi = true; break;
     case 'v': s.cfg.verbose = true; break;
     case 'h': usage (stdout); return 0;
     case 'V': printf (PROG " %s\n", S4K_VERSION); return 0;
@@ -402,6 +409,12 @@ main (int argc, char **argv)
 
   static struct s4k_exports exports;
   char err[512];
+  if (scsi && scsi_check (err, sizeof err) == -1) {
+    fprintf (stderr, PROG ": %s\n", err);
+    return 1;
+  }
+  /* --scsi alone serves no NBD. */
+  const bool listening = !scsi || unix_path || listen_spec;
   s4k_exports_init (&exports);
   for (int i = optind; i < argc; i++) {
     const char *arg = argv[i], *eq = strchr (arg, '=');
@@ -463,20 +476,42 @@ main (int argc, char **argv)
     return 1;
   }
 
-  char where[300];
-  if (unix_path)
+  char where[300] = "";
+  s.listen_fd = -1;
+  if (!listening)
+    ;
+  else if (unix_path)
     s.listen_fd = listen_unix (unix_path, where, sizeof where);
   else {
     s.tcp = true;
     s.listen_fd = listen_tcp (listen_spec ? listen_spec : "127.0.0.1:10809",
                               allow_remote, where, sizeof where);
   }
-  if (s.listen_fd == -1) {
+  if (listening && s.listen_fd == -1) {
     s4k_exports_close (&exports);
     free (cfgs);
     return 1;
   }
-  for (const struct server_cfg *e = &s.cfg; e; e = e->next)
+  struct scsi_front *front = NULL;
+  sigset_t sigs;
+  sigemptyset (&sigs);
+  if (scsi) {
+    /* Blocked before the ring threads start, so that they inherit it
+     * (serve blocks them too); sigwait below or in serve. */
+    sigaddset (&sigs, SIGINT);
+    sigaddset (&sigs, SIGTERM);
+    pthread_sigmask (SIG_BLOCK, &sigs, NULL);
+    if (!(front = scsi_start (&exports, s.cfg.readonly, s.cfg.verbose, err,
+                              sizeof err))) {
+      fprintf (stderr, PROG ": %s\n", err);
+      if (s.listen_fd != -1)
+        close (s.listen_fd);
+      s4k_exports_close (&exports);
+      free (cfgs);
+      return 1;
+    }
+  }
+  for (const struct server_cfg *e = &s.cfg; e && listening; e = e->next)
     if (!exports.named)
       log_msg ("serving %s, size %" PRIu64 "%s on %s (%u threads); %s",
                e->description, e->size, e->readonly ? ", read-only" : "",
@@ -487,8 +522,19 @@ main (int argc, char **argv)
                e->description, e->size, e->readonly ? ", read-only" : "",
                where, s.threads, s4k_dev_store_info (e->dev));
 
-  int ret = serve (&s) == 0 ? 0 : 1;
-  close (s.listen_fd);
+  int ret = 0;
+  if (listening) {
+    ret = serve (&s) == 0 ? 0 : 1;
+    close (s.listen_fd);
+  }
+  else {
+    int sig;
+    log_msg ("serving %zu export%s as SCSI disks", exports.n,
+             exports.n == 1 ? "" : "s");
+    sigwait (&sigs, &sig);
+    log_msg ("%s: removing the SCSI disks", strsignal (sig));
+  }
+  scsi_stop (front);
   struct stat st;
   if (unix_path && lstat (unix_path, &st) == 0 &&
       st.st_dev == unix_sock.st_dev && st.st_ino == unix_sock.st_ino)

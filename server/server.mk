@@ -9,7 +9,8 @@
 #                        of `make bench`
 
 SERVER_MAN := sect4k-server.1
-SERVER_SRCS := server/main.c server/loop.c server/conn.c server/handshake.c
+SERVER_SRCS := server/main.c server/loop.c server/conn.c server/handshake.c \
+  server/configfs.c server/tcmu.c
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(B)/%.o)
 SERVER_HDRS := $(wildcard server/*.h)
 # Replays the fuzz regression corpus in `make check` (no clang needed).
