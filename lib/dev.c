@@ -85,6 +85,23 @@ bounce (size_t len)
 
 /* ---- lifecycle --------------------------------------------------------- */
 
+/* The store's `contended`: a lock-free read that met writers of its
+ * sectors too often, again under the shared locks of its physical
+ * sectors, which keep those writers out. */
+static int
+read_contended (void *opaque, const struct s4k_io *io)
+{
+  struct s4k_dev *d = opaque;
+  if (!io->len)
+    return 0;
+  uint64_t first = s4k_sector_index (&d->g, io->off);
+  uint64_t last = s4k_sector_index (&d->g, io->off + io->len - 1);
+  s4k_lock (d->locks, first, last, true);
+  int r = d->store->ops->read_locked (d->store, io, 1);
+  s4k_unlock (d->locks, first, last, true);
+  return r;
+}
+
 int
 s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
              struct s4k_store *store, char *err, size_t errlen)
@@ -117,6 +134,10 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     return -ENOMEM;
   }
   d->lockfree_reads = store->lockfree_reads;
+  if (d->lockfree_reads) {
+    store->contended = read_contended;
+    store->contended_opaque = d;
+  }
   d->partial_writes = store->partial_writes;
   d->shift = s4k_sector_shift (&d->g);
   d->pmask = d->g.physical - 1;
@@ -829,7 +850,13 @@ lock:
     sq->kind = S4K_REQ_READ;
     sq->fua = false;
     sq->n = list_reads (d, q, sq->io);
-    r = issue (d, sq, w);
+    /* An RMW's read under its own locks: a lock-free store's check
+     * could wait for writers of other sectors of its chunk, and its
+     * fallback would take those locks again. */
+    if (d->lockfree_reads && !q->exact)
+      r = d->store->ops->read_locked (d->store, sq->io, sq->n);
+    else
+      r = issue (d, sq, w);
     if (w && r == 1)
       return 1;
   read_done:
@@ -962,6 +989,15 @@ s4k_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
   if (whole_sectors (d, d->fast_max, len, off, &first, &last))
     return d->store->ops->read_iov (d->store, len, off, iov, max);
   return planned_read_iov (d, len, off, iov, max);
+}
+
+int
+s4k_read_piece (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+{
+  struct s4k_io io = { buf, len, off };
+  if (!d->lockfree_reads)
+    return -ENOTSUP;
+  return d->store->ops->read (d->store, &io, 1);
 }
 
 int

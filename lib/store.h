@@ -71,6 +71,10 @@ struct s4k_store_ops {
   int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
   int (*write) (struct s4k_store *s, const struct s4k_io *io, unsigned n,
                 bool fua);
+  /* Optional, with lockfree_reads: a read the caller holds the shared
+   * sector locks of (see `contended` in struct s4k_store). */
+  int (*read_locked) (struct s4k_store *s, const struct s4k_io *io,
+                      unsigned n);
   /* Optional, with lockfree_reads, for s4k_read_iov: [off, off+len)
    * (any range inside the device) as at most max pieces, pointers into
    * memory that stays in place until close (iov_base NULL: zeroes).
@@ -109,15 +113,24 @@ struct s4k_store {
                                       whose extents wait on the network;
                                       the others answer them at once) */
   /* Reads need no sector lock: a read never touches memory a concurrent
-   * write, zero or trim of any sector frees or moves, and a write or
-   * zero changes only the bytes it covers, so a read gets, for every
-   * byte no request in flight writes, the byte as it is.  (A read
-   * overlapping a write in flight may see either: NBD leaves them
-   * unordered.)  Such a store also reads any byte range, so a read gets
-   * just its own bytes, not whole sectors.  Stores that cannot promise
-   * it (a bounce buffer, a torn-write fault model) leave it false and
-   * reads take the shared lock as before. */
+   * write, zero or trim of any sector frees or moves, a write or zero
+   * changes only the bytes it covers, and a read overlapping a write in
+   * flight gets, for each logical sector, the old or the new bytes,
+   * never a mix (the memory store checks a sequence word, see its top;
+   * read_locked above when it gives up).  Such a store also reads any
+   * byte range, so a read gets just its own bytes, not whole sectors.
+   * Stores that cannot promise it (a bounce buffer, a torn-write fault
+   * model, a file's page cache) leave it false, and reads take the
+   * shared locks of their physical sectors, which keep every writer of
+   * those sectors out. */
   bool lockfree_reads;
+  /* Set by the engine over a store with lockfree_reads (NULL under a
+   * layer, which serializes its calls): a lock-free read that met
+   * writers of its sectors too often calls it for the piece io; it
+   * takes the shared locks of the piece's physical sectors, which keep
+   * those writers out, and calls read_locked. */
+  int (*contended) (void *opaque, const struct s4k_io *io);
+  void *contended_opaque;
   /* Writes of any byte range, done in place: a write changes exactly
    * the bytes it covers and keeps the rest of every sector it cuts (the
    * memory store copies them into its chunk; an upstream whose minimum

@@ -25,22 +25,59 @@
  * physical sectors (partial_writes): it copies just its bytes, so the
  * engine's RMW of a 512-byte write into a 4 KiB sector is done in place.
  *
- * Reads take no lock (lockfree_reads).  Why that is safe:
+ * Reads take no lock (lockfree_reads), yet each gets, for every
+ * logical sector, either its bytes before a write (or zero) in flight
+ * or after it, never a mix.  Why that holds:
  * - Memory: a read finds its chunk with acquire loads of tree entries
  *   that are only ever installed (CAS), never cleared, and nodes and
  *   chunks are never freed or moved while the store lives.  A released
  *   chunk stays mapped: MADV_DONTNEED only makes its pages read as
  *   zeroes.  So a read racing a zero or trim that releases the chunk
- *   copies old bytes or zeroes, never freed memory; and a release covers
- *   every sector of its chunk, so such a read overlaps the zero or trim.
- * - Data: writes and zeroes change only the bytes they cover (a write
- *   that cuts a sector is an RMW done in place, not a whole sector
- *   written back; the engine's RMW of a zero that cuts a sector does
- *   write the whole sector back, but under its exclusive lock, so the
- *   bytes outside the zero get the values they already hold), so a read of bytes no
- *   request in flight covers copies them as they are; a read overlapping
- *   a request in flight may see old or new bytes, as NBD allows (it does
- *   not order overlapping requests in flight).
+ *   copies old bytes or zeroes, never freed memory.
+ * - Whole sectors: every chunk has a sequence word in its leaf, next to
+ *   its slot (a leaf holds 32 slots, then their 32 words).  Whatever
+ *   changes a chunk's bytes or its slot (write, zero, release) adds 1
+ *   to the word before (one more writer active: the low 16 bits) and
+ *   GEN - 1 after (one fewer active, one more generation: the high 48
+ *   bits), so the word only ever grows, by every change.  A read loads
+ *   the word (acquire), gives up the attempt if a writer is active,
+ *   loads the slot and copies, then (acquire fence) loads the word
+ *   again and keeps the copy only if it is unchanged.  Take any writer
+ *   W of bytes the read copied, and M the change of the word both loads
+ *   read (the same one: the word grows with every change, and 2^48
+ *   generations cannot pass between two loads).  If W began after M,
+ *   the copy saw none of W's bytes: W's begin is a locked RMW (a full
+ *   barrier) before its stores, so a copied byte of W's would, through
+ *   the reader's acquire fence, make the second load see W's begin or
+ *   later, a larger word.  If W began at or before M, it also ended
+ *   before M (else M's active count is not zero), and its end is a
+ *   release RMW heading a release sequence (every later change is an
+ *   RMW too) that the first load reads from: all of W's bytes happen
+ *   before the copy, and so do those of every writer before W on the
+ *   same sector (the engine's exclusive sector locks order them).  So a
+ *   kept copy holds, for each byte, the last completed write, whole
+ *   sectors included: a logical sector never spans two chunks (chunk
+ *   boundaries are physical ones).  The copy itself is plain memcpy
+ *   racing plain stores, as in the Linux kernel's seqlocks: the fences
+ *   and locked RMWs keep the compiler and the CPU from moving it past
+ *   the loads of the word; a TSan build is told to ignore it.
+ * - A read of a chunk that has no leaf, no chunk or a released one
+ *   copies nothing: zeroes, decided by one load, which is what those
+ *   bytes held at that moment (a chunk reads as zeroes until a writer,
+ *   having begun, installs it or clears its flag).
+ * - Writers cannot starve a reader: after READ_TRIES attempts the read
+ *   calls the engine's `contended` hook, which reads the piece again
+ *   under the shared locks of its physical sectors (read_locked, no
+ *   check), which keep out every writer of its bytes (writers of other
+ *   sectors of the chunk may still change the word).  A read under the
+ *   engine's own locks (an RMW's) is a read_locked too.  Under a layer
+ *   that serializes its calls (the fault layer), no writer runs during
+ *   a read, so it never retries.  Writers never wait for readers: a
+ *   write costs two locked adds per chunk, a read two loads.
+ * - By reference (read_iov): pointers into chunks, which the kernel
+ *   copies later, so no word can vouch for them: a front end that sends
+ *   them copies the data pieces with s4k_read_piece (sect4k-server
+ *   does), and only holes (zeroes) go out by reference.
  * - The slot's flag and sector bits change by atomic RMW; a read only
  *   loads the slot. */
 #include <errno.h>
@@ -69,12 +106,57 @@
 #define SLOT_FLAGS (RELEASED | ((((uintptr_t) 1 << (1u << SUB_LOG)) - 1) \
                                 << SUB_SHIFT))
 #define SLAB_BYTES (2u << 20)
+/* The sequence word of a chunk: writers active, and generations. */
+#define SEQ_ACTIVE ((uint64_t) 0xffff)
+#define SEQ_GEN ((uint64_t) 1 << 16)
+#define READ_TRIES 64
 
 /* An interior node or a leaf: entries are nodes, or (in leaves) chunk
  * addresses with the flags above. */
 struct node {
   _Atomic uintptr_t e[NODE_ENTRIES];
 };
+
+/* A leaf: its chunks' slots, then their sequence words (see the top). */
+struct leaf {
+  _Atomic uintptr_t e[NODE_ENTRIES];
+  _Atomic uint64_t seq[NODE_ENTRIES];
+};
+
+/* The fences of the argument at the top.  GCC's TSan does not model
+ * fences (and refuses them): its build leaves them out; they emit no
+ * instruction on x86-64, the writer's begin is acq_rel and the reader's
+ * copy is wrapped in calls (tsan_ignore_reads) that the compiler cannot
+ * move loads across, and TSan ignores those copies anyway. */
+#ifdef __SANITIZE_THREAD__
+#define seq_fence(order) ((void) 0)
+#else
+#define seq_fence(order) atomic_thread_fence (order)
+#endif
+
+/* The sequence word of the chunk whose slot is slot (in a leaf). */
+static inline _Atomic uint64_t *
+seq_of (_Atomic uintptr_t *slot)
+{
+  return (_Atomic uint64_t *) (slot + NODE_ENTRIES);
+}
+
+/* A writer of a chunk begins and ends (see the top). */
+static inline void
+seq_begin (_Atomic uintptr_t *slot)
+{
+  /* acq_rel: later stores stay after it even where seq_fence is
+   * nothing (the same locked add on x86-64). */
+  atomic_fetch_add_explicit (seq_of (slot), 1, memory_order_acq_rel);
+  seq_fence (memory_order_release);
+}
+
+static inline void
+seq_end (_Atomic uintptr_t *slot)
+{
+  atomic_fetch_add_explicit (seq_of (slot), SEQ_GEN - 1,
+                             memory_order_release);
+}
 
 struct slab {
   struct slab *next;
@@ -141,7 +223,8 @@ map_noreserve (size_t len)
 }
 
 /* len bytes of zeroes (len divides the slab size) from this thread's
- * slab c. */
+ * slab c; what is left of a slab too short for len is skipped (leaves
+ * and interior nodes share a slab). */
 static void *
 carve (struct mem_store *m, struct cursor *c, size_t len)
 {
@@ -149,7 +232,7 @@ carve (struct mem_store *m, struct cursor *c, size_t len)
     tl_slab.store_id = m->id;
     tl_slab.chunks = tl_slab.nodes = (struct cursor) { NULL, NULL };
   }
-  if (c->next == c->end) {
+  if ((size_t) (c->end - c->next) < len) {
     struct slab *s = malloc (sizeof *s);
     void *base = map_noreserve (m->slab_bytes);
     if (!s || !base) {
@@ -200,17 +283,19 @@ slot_find (const struct mem_store *m, uint64_t ci, uint64_t *span)
   return p;
 }
 
-/* Installs a node at *p, or finds the one another thread installed. */
+/* Installs a node (a leaf if leaf) at *p, or finds the one another
+ * thread installed. */
 static __attribute__ ((noinline)) uintptr_t
-node_make (struct mem_store *m, _Atomic uintptr_t *p)
+node_make (struct mem_store *m, _Atomic uintptr_t *p, bool leaf)
 {
   uintptr_t n = 0;
-  struct node *fresh = carve (m, &tl_slab.nodes, sizeof *fresh);
+  size_t len = leaf ? sizeof (struct leaf) : sizeof (struct node);
+  void *fresh = carve (m, &tl_slab.nodes, len);
   if (!fresh)
     return 0;
   if (atomic_compare_exchange_strong (p, &n, (uintptr_t) fresh))
     return (uintptr_t) fresh;
-  uncarve (m, &tl_slab.nodes, fresh, sizeof *fresh);
+  uncarve (m, &tl_slab.nodes, fresh, len);
   return n;
 }
 
@@ -222,7 +307,8 @@ slot_make (struct mem_store *m, uint64_t ci)
   _Atomic uintptr_t *p = &m->root[ci >> sh];
   do {
     uintptr_t n = atomic_load_explicit (p, memory_order_acquire);
-    if (__builtin_expect (!n, 0) && !(n = node_make (m, p)))
+    if (__builtin_expect (!n, 0) &&
+        !(n = node_make (m, p, sh == NODE_BITS)))
       return NULL;
     sh -= NODE_BITS;
     p = &((struct node *) n)->e[(ci >> sh) & (NODE_ENTRIES - 1)];
@@ -240,16 +326,6 @@ sub_bits_of (const struct mem_store *m, uint64_t co, uint64_t n)
   return ((((uintptr_t) 2 << b) - ((uintptr_t) 1 << a))) << SUB_SHIFT;
 }
 
-/* The chunk's memory, or NULL if it reads as zeroes. */
-static inline char *
-chunk_for_read (const struct mem_store *m, uint64_t ci)
-{
-  uint64_t span;
-  _Atomic uintptr_t *slot = slot_find (m, ci, &span);
-  uintptr_t e = slot ? atomic_load_explicit (slot, memory_order_acquire) : 0;
-  return (e & RELEASED) ? NULL : (char *) (e & ~SLOT_FLAGS);
-}
-
 /* write_chunk when a node or the chunk is missing, or it is released,
  * or lacks bits: makes the chunk ready, then copies. */
 static __attribute__ ((noinline)) int
@@ -260,10 +336,13 @@ write_chunk_slow (struct mem_store *m, uint64_t ci, uint64_t co,
   if (!slot)
     return -ENOMEM;
   uintptr_t e = atomic_load_explicit (slot, memory_order_acquire);
+  char *p = NULL;
+  if (e == 0 && !(p = carve (m, &tl_slab.chunks, m->chunk)))
+    return -ENOMEM;
+  /* The chunk reads as zeroes until the copy: the slot changes inside
+   * the writer's section too (see the top). */
+  seq_begin (slot);
   if (e == 0) {
-    char *p = carve (m, &tl_slab.chunks, m->chunk);
-    if (!p)
-      return -ENOMEM;
     if (atomic_compare_exchange_strong (slot, &e, (uintptr_t) p)) {
       atomic_fetch_add (&m->data_bytes, m->chunk);
       e = (uintptr_t) p;
@@ -280,6 +359,7 @@ write_chunk_slow (struct mem_store *m, uint64_t ci, uint64_t co,
   if ((e & bits) != bits)
     atomic_fetch_or (slot, bits);
   memcpy ((char *) (e & ~SLOT_FLAGS) + co, buf, n);
+  seq_end (slot);
   return 0;
 }
 
@@ -291,21 +371,54 @@ write_chunk_slow (struct mem_store *m, uint64_t ci, uint64_t co,
                    n = (m)->chunk - co < e_ - s_ ? (m)->chunk - co : e_ - s_, 1); \
        s_ += n)
 
-/* Copies n bytes at co of chunk ci into buf. */
+/* Copies n bytes at co of the chunk in slot e (or zeroes) into buf. */
 static inline void
-read_chunk (const struct mem_store *m, uint64_t ci, uint64_t co, char *buf,
-            uint64_t n)
+copy_chunk (uintptr_t e, uint64_t co, char *buf, uint64_t n)
 {
-  const char *c = chunk_for_read (m, ci);
-  /* Lock-free (see the top): in a TSan build, copying bytes that an
-   * overlapping request in flight writes is the client's race, allowed
-   * by NBD; the tree's loads above stay checked. */
+  const char *c = (e & RELEASED) ? NULL : (const char *) (e & ~SLOT_FLAGS);
+  /* In a TSan build, the copy races the writers it is checked against
+   * (see the top); the tree's loads and the words stay checked. */
   tsan_ignore_reads (true);
   if (c)
     memcpy (buf, c + co, n);
   else
     memset (buf, 0, n);
   tsan_ignore_reads (false);
+}
+
+/* Copies n bytes at co of chunk ci (device offset off) into buf,
+ * checked against the chunk's sequence word; after READ_TRIES attempts
+ * that met a writer, under the engine's locks (see the top).  With no
+ * engine over it (a layer that serializes its calls, so no writer runs
+ * during one), it tries until it succeeds. */
+static int
+read_chunk (struct mem_store *m, uint64_t ci, uint64_t co, char *buf,
+            uint64_t n, uint64_t off)
+{
+  uint64_t span;
+  _Atomic uintptr_t *slot = slot_find (m, ci, &span);
+  if (!slot) {
+    memset (buf, 0, n);         /* no leaf: never written */
+    return 0;
+  }
+  _Atomic uint64_t *seq = seq_of (slot);
+  for (unsigned t = 0;; t++) {
+    if (t == READ_TRIES && m->base.contended) {
+      const struct s4k_io io = { buf, n, off };
+      return m->base.contended (m->base.contended_opaque, &io);
+    }
+    uint64_t v = atomic_load_explicit (seq, memory_order_acquire);
+    if (__builtin_expect (v & SEQ_ACTIVE, 0)) {
+      __builtin_ia32_pause ();
+      continue;
+    }
+    copy_chunk (atomic_load_explicit (slot, memory_order_acquire), co, buf,
+                n);
+    seq_fence (memory_order_acquire);
+    if (__builtin_expect (atomic_load_explicit (seq, memory_order_relaxed)
+                          == v, 1))
+      return 0;
+  }
 }
 
 /* Copies n bytes from buf to co of chunk ci, allocating the chunk and
@@ -322,7 +435,9 @@ write_chunk (struct mem_store *m, uint64_t ci, uint64_t co, const char *buf,
   uintptr_t e = slot ? atomic_load_explicit (slot, memory_order_acquire) : 0;
   if (__builtin_expect (!e || (e & RELEASED) || (e & bits) != bits, 0))
     return write_chunk_slow (m, ci, co, buf, n, bits);
+  seq_begin (slot);
   memcpy ((char *) (e & ~SLOT_FLAGS) + co, buf, n);
+  seq_end (slot);
   return 0;
 }
 
@@ -344,24 +459,68 @@ read_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
 {
   for (unsigned i = 0; i < nio; i++) {
     char *buf = io[i].buf;
+    uint64_t off = io[i].off;
     FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {
-      read_chunk (m, ci, co, buf, n);
+      int r = read_chunk (m, ci, co, buf, n, off);
+      off += n;
+      if (r)
+        return r;
       buf += n;
     }
   }
   return 0;
 }
 
+/* One attempt of read_chunk, the common case of a read in one chunk:
+ * false if it met a writer (or is not in one chunk) and read_chunks
+ * must do it.  Little lives across the copy, so little is saved. */
+static inline bool
+read_one (const struct mem_store *m, const struct s4k_io *io, unsigned nio)
+{
+  uint64_t ci, co, span;
+  if (nio != 1 || !one_chunk (m, io->off, io->len, &ci, &co))
+    return false;
+  _Atomic uintptr_t *slot = slot_find (m, ci, &span);
+  if (!slot) {
+    memset (io->buf, 0, io->len);       /* no leaf: never written */
+    return true;
+  }
+  uint64_t v = atomic_load_explicit (seq_of (slot), memory_order_acquire);
+  if (__builtin_expect (v & SEQ_ACTIVE, 0))
+    return false;
+  copy_chunk (atomic_load_explicit (slot, memory_order_acquire), co, io->buf,
+              io->len);
+  seq_fence (memory_order_acquire);
+  return atomic_load_explicit (seq_of (slot), memory_order_relaxed) == v;
+}
+
 static int
 mem_read (struct s4k_store *s, const struct s4k_io *io, unsigned nio)
 {
   struct mem_store *m = (struct mem_store *) s;
-  uint64_t ci, co;
-  if (nio == 1 && one_chunk (m, io->off, io->len, &ci, &co)) {
-    read_chunk (m, ci, co, io->buf, io->len);
+  if (__builtin_expect (read_one (m, io, nio), 1))
     return 0;
-  }
   return read_chunks (m, io, nio);
+}
+
+/* The caller holds the shared locks of every sector read: no writer of
+ * these bytes runs, so the copy needs no check (writers of other
+ * sectors of a chunk may change its word meanwhile). */
+static int
+mem_read_locked (struct s4k_store *s, const struct s4k_io *io, unsigned nio)
+{
+  struct mem_store *m = (struct mem_store *) s;
+  for (unsigned i = 0; i < nio; i++) {
+    char *buf = io[i].buf;
+    FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {
+      uint64_t span;
+      _Atomic uintptr_t *slot = slot_find (m, ci, &span);
+      copy_chunk (slot ? atomic_load_explicit (slot, memory_order_acquire)
+                       : RELEASED, co, buf, n);
+      buf += n;
+    }
+  }
+  return 0;
 }
 
 static __attribute__ ((noinline)) int
@@ -434,6 +593,7 @@ mem_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
     uint64_t lo = cs > m->shift ? cs : m->shift;
     uint64_t hi = ce < m->size + m->shift ? ce : m->size + m->shift;
     uint64_t s0 = cs + co;
+    seq_begin (slot);
     if (s0 <= lo && s0 + n >= hi) {
       madvise (c, m->chunk, MADV_DONTNEED);
       /* The caller holds every sector of the chunk: nobody else writes
@@ -455,6 +615,7 @@ mem_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
         atomic_fetch_and (slot, ~sub_bits_of (m, a << m->sub_bits,
                                               (b - a) << m->sub_bits));
     }
+    seq_end (slot);
   }
   return 0;
 }
@@ -607,6 +768,7 @@ mem_close (struct s4k_store *s)
 static const struct s4k_store_ops mem_ops = {
   .name = "memory",
   .read = mem_read,
+  .read_locked = mem_read_locked,
   .write = mem_write,
   .read_iov = mem_read_iov,
   .zero = mem_zero,

@@ -305,13 +305,18 @@ int s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off);
  * read with s4k_read instead.  Otherwise the errors of s4k_read.
  * The memory is never freed, moved or reused for other data before
  * s4k_dev_close, so the pointers stay valid until then; its bytes
- * change only by writes, zeroes and trims of the same range, which a
- * client that waits for this read's reply before sending them never
- * sees (the reply has been copied into the socket by then), and a
- * client that does not wait has overlapping requests in flight, which
- * NBD leaves unordered.  A hole's bytes may become data the same way:
- * the caller sends zeroes for it. */
+ * change only by writes, zeroes and trims of the same range, so a
+ * pointer's bytes copied while such a write is in flight may be a mix
+ * of old and new within one logical sector: a caller that must not
+ * send a torn sector copies the data pieces with s4k_read_piece.  A
+ * hole's bytes may become data the same way: the caller sends zeroes
+ * for it (the old bytes, whole). */
 struct iovec;
+/* Copies a data piece of an s4k_read_iov answer, [off, off+len), into
+ * buf: each logical sector whole, old or new, whatever writes are in
+ * flight.  Not counted (s4k_read_iov counted the read). */
+int s4k_read_piece (struct s4k_dev *d, void *buf, uint64_t len,
+                    uint64_t off);
 int s4k_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
                   struct iovec *iov, unsigned max);
 /* Extents: fn gets consecutive runs covering [off, off+len) (it may stop
