@@ -358,15 +358,26 @@ zero_init (void)
     memset (zero_buf, 0, ZERO_BUF);
 }
 
-/* The pieces iov[i..j) as data, holes as zeroes.  False after hanging
- * up. */
+/* The pieces iov[i..j), from device offset off, as data, holes as
+ * zeroes.  Data is copied (s4k_read_piece): the kernel copies a
+ * reference later, when a write in flight may have torn a logical
+ * sector of it; a check of the store's sequence words after the send
+ * would come too late, the bytes are gone.  Holes go by reference.
+ * False after hanging up. */
 static bool
-out_pieces (struct conn *c, const struct iovec *iov, int i, int j)
+out_pieces (struct conn *c, const struct iovec *iov, int i, int j,
+            uint64_t off)
 {
-  for (; i < j; i++) {
+  for (; i < j; off += iov[i++].iov_len) {
     if (iov[i].iov_base) {
-      if (!out_ref (c, iov[i].iov_base, iov[i].iov_len))
+      uint8_t *p = out_grow (c, iov[i].iov_len);
+      if (!p)
         return false;
+      int r = s4k_read_piece (c->cfg->dev, p, iov[i].iov_len, off);
+      if (r) {
+        hang_up (c, "a read of the memory store failed");
+        return false;
+      }
       continue;
     }
     for (size_t left = iov[i].iov_len, n; left > 0; left -= n) {
@@ -379,14 +390,12 @@ out_pieces (struct conn *c, const struct iovec *iov, int i, int j)
 }
 
 /* A read answered by reference (s4k_read_iov: the memory store): its
- * data is sent from the store's memory, never copied into c->out, and
- * under structured replies (unless DF) its holes become hole chunks
- * with no data at all, known from the store rather than by scanning
- * zeroes.  That the data goes out later than it was looked up is safe:
- * see s4k_read_iov (the memory stays in place until the device closes,
- * after every connection; only a request overlapping this one in time
- * can change its bytes, and NBD leaves those unordered).  Data blocks
- * that merely hold zeroes stay data (the copied path finds those too).
+ * holes are sent by reference (zeroes from one buffer) or, under
+ * structured replies (unless DF), become hole chunks with no data at
+ * all, known from the store rather than by scanning zeroes; its data is
+ * copied into c->out, each logical sector whole (out_pieces).  A hole
+ * looked up before a write that fills it goes out as the old zeroes,
+ * whole.  Data blocks that merely hold zeroes stay data.
  * False if the store cannot, or the read has too many pieces: then
  * nothing was done or counted. */
 static bool
@@ -402,9 +411,6 @@ read_by_ref (struct conn *c, const struct nbd_request *rq)
     hang_up (c, "out of memory for a read");
     return true;
   }
-  /* The loop's work here is a few lookups: the bytes are copied by
-   * the kernel as the socket takes them, paced by CONN_OUT_HIGH. */
-  c->req_cost = 0;
   if (n < 0) {
     reply_result (c, rq, n, S4K_OP_READ);
     return true;
@@ -414,7 +420,7 @@ read_by_ref (struct conn *c, const struct nbd_request *rq)
   if (!c->structured) {
     if ((p = out_grow (c, 16))) {
       simple_header (p, 0, rq->cookie);
-      out_pieces (c, iov, 0, n);
+      out_pieces (c, iov, 0, n, rq->offset);
     }
     return true;
   }
@@ -426,7 +432,7 @@ read_by_ref (struct conn *c, const struct nbd_request *rq)
     if ((p = out_grow (c, 28))) {
       data_chunk_header (p, NBD_REPLY_FLAG_DONE, rq->cookie, rq->offset,
                          rq->length);
-      out_pieces (c, iov, 0, n);
+      out_pieces (c, iov, 0, n, rq->offset);
     }
     return true;
   }
@@ -449,7 +455,7 @@ read_by_ref (struct conn *c, const struct nbd_request *rq)
     if (!(p = out_grow (c, 28)))
       return true;
     data_chunk_header (p, 0, rq->cookie, rq->offset + pos, run);
-    if (!out_pieces (c, iov, i, j))
+    if (!out_pieces (c, iov, i, j, rq->offset + pos))
       return true;
     pos += run;
   }
