@@ -114,11 +114,26 @@ static struct cp *cps;
 static size_t ncps;
 static uint64_t log_entries;
 
+static size_t
+volatile_writes (size_t f, size_t nw)
+{
+  size_t n = 0;
+  for (size_t i = f; i < nw; i++)
+    n += !writes[i].durable_early;
+  return n;
+}
+
 static void
 add_cp (uint64_t before, size_t f, size_t nw)
 {
-  if (ncps && cps[ncps - 1].f == f && cps[ncps - 1].nw == nw)
-    return;                             /* nothing changed since */
+  /* Nothing changed since the last one (a flush with nothing unflushed
+   * before it, e.g. the one a front end sends when a client leaves, adds
+   * no state): front ends that flush differently give the same states. */
+  if (ncps && cps[ncps - 1].nw == nw &&
+      (cps[ncps - 1].f == f ||
+       (volatile_writes (cps[ncps - 1].f, nw) == 0 &&
+        volatile_writes (f, nw) == 0)))
+    return;
   cps = xrealloc (cps, (ncps + 1) * sizeof *cps);
   cps[ncps++] = (struct cp) { before, f, nw };
 }

@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+"""The toy WAL's workload through a real export with write-log=, on both
+front ends (sect4k-server and nbdkit + the plugin): sect4k-crash finds the
+broken WAL's failure on 512e from either log, and both give the same
+states with the same results (determinism across front ends)."""
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tap  # noqa: E402
+from crashlib import crash, tmp, TOYWAL, ROOT  # noqa: E402
+
+server = os.environ.get("SECT4K_SERVER", os.path.join(ROOT, "sect4k-server"))
+plugin = os.environ.get("SECT4K_PLUGIN", os.path.join(ROOT, "sect4k.so"))
+if not os.path.exists(server) or not os.path.exists(plugin):
+    tap.skip_all("sect4k-server or the plugin is not built")
+env = dict(os.environ, **(tap.sanitizer_env() or {}))
+
+
+def record(name, argv):
+    sock = os.path.join(tmp, name + ".sock")
+    log = os.path.join(tmp, name + ".log")
+    p = subprocess.Popen([a.replace("SOCK", sock).replace("LOG", log)
+                          for a in argv], env=env, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if os.path.exists(sock):
+            break
+        time.sleep(0.05)
+    subprocess.run([sys.executable, TOYWAL, "workload", "broken", "3",
+                    "nbd+unix:///?socket=" + sock], check=True)
+    p.terminate()
+    p.wait(30)
+    return log
+
+
+logs = {
+    "server": record("server", [server, "-U", "SOCK", "4M", "model=512e",
+                                "write-log=LOG"]),
+    "nbdkit": record("nbdkit", ["nbdkit", "-f", "-U", "SOCK", plugin,
+                                "size=4M", "model=512e", "write-log=LOG"]),
+}
+reps = {}
+for name, log in logs.items():
+    rc, out, err, rep = crash(log, "512e", "--torn", "garbage",
+                              checker=(sys.executable, TOYWAL, "check",
+                                       "broken"))
+    reps[name] = rep
+    tap.ok(rc == 1 and rep and rep["summary"]["failed"] > 0,
+           "%s's log: the broken WAL's failure is found: %s"
+           % (name, out.splitlines()[:1] or err))
+
+
+def states(rep):
+    return [(s["id"], s["result"]) for s in rep["states"]] if rep else None
+
+
+tap.ok(states(reps["server"]) == states(reps["nbdkit"]) and
+       states(reps["server"]),
+       "both front ends' logs give the same %d states and results"
+       % len(states(reps["server"]) or []))
+tap.done_testing()
