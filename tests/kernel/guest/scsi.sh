@@ -328,6 +328,7 @@ suite_scsi () {
     [ "$name" = 512e ] && scsi_cut "$pfx ext4 power cut, torn=none" "$dev" "/tmp/$name.ctl"
     scsi_stop "$pfx"
   done 3< /tmp/scsi-cases
+  scsi_lifecycle
   scsi_attach_tests
   diag "scsi: the suite took $(( $(date +%s) - t0 )) s"
 }
@@ -435,4 +436,28 @@ suite_scsi_bench () {
   sect4k-attach --detach "$nbd" >/dev/null 2>&1
   unload_nbd
   scsi_stop "scsi bench"
+}
+
+# scsi_lifecycle: two exports, two LUNs; a SIGKILL leaves the configfs
+# entries, the next start removes them (and only them); a second server
+# beside a running one is refused nothing and leaves the first alone.
+scsi_lifecycle () {
+  local pfx="scsi lifecycle" cfs=/sys/kernel/config/target out pid1 pid2
+  sect4k-server size=16M exports=512e,4kn --scsi >/tmp/lc1.out 2>/tmp/lc1.log &
+  pid1=$!
+  wait_for 60 sh -c "[ \$(grep -c '^/dev/sd' /tmp/lc1.out) -ge 2 ] || ! kill -0 $pid1 2>/dev/null"
+  is "$pfx: two exports, two disks" "$(grep -c '^/dev/sd[a-z]* \(512e\|4kn\)' /tmp/lc1.out)" 2
+  [ "$(grep -c . /tmp/lc1.out)" = 2 ] || diag "$(cat /tmp/lc1.out /tmp/lc1.log)"
+  kill -9 "$pid1"; wait "$pid1" 2>/dev/null
+  check "$pfx: SIGKILL leaves the backstores in configfs" test -d "$cfs/core/user_$pid1/sect4k-$pid1-0"
+  sect4k-server size=16M model=512e --scsi >/tmp/lc2.out 2>/tmp/lc2.log &
+  pid2=$!
+  wait_for 60 sh -c "grep -q '^/dev/sd' /tmp/lc2.out || ! kill -0 $pid2 2>/dev/null"
+  says "$pfx: the next start says it removed them" "$(cat /tmp/lc2.log)" "left by sect4k-server $pid1"
+  check "$pfx: ... and they are gone" test ! -e "$cfs/core/user_$pid1"
+  out=$(sed -n 's|^\(/dev/sd[a-z]*\) - *$|\1|p' /tmp/lc2.out)
+  check "$pfx: the new server's disk ($out) answers" dd if="$out" of=/dev/null bs=4096 count=1 iflag=direct status=none
+  kill "$pid2"; wait "$pid2"
+  is "$pfx: after SIGTERM nothing of ours is left in configfs" \
+    "$(ls -d $cfs/core/user_* $cfs/loopback/naa.353344b* 2>/dev/null | wc -l)" 0
 }
