@@ -433,13 +433,14 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
         memset (old, 0, end - s);
       r = f->inner->ops->write (f->inner, &io, 1, false);
     }
+    const uint64_t k = e->k;    /* destage and drop free e */
     if (o == KEPT)
       r = destage (f, e);
     else
       drop (f, e);
     /* Written whole, and it reads back without an error. */
     if (r == 0 && f->bad.n && (o == KEPT || o == GARBAGE || o == ZEROED))
-      r = bad_remove (&f->bad, e->k, e->k) < 0 ? -ENOMEM : 0;
+      r = bad_remove (&f->bad, k, k) < 0 ? -ENOMEM : 0;
     if (r)
       break;
   }
