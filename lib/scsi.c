@@ -784,8 +784,10 @@ read_write (struct ctx *x, bool write, uint64_t lba, uint64_t n, bool fua,
   cmd->priv.lba = lba;
   cmd->priv.blocks = n;
   cmd->priv.kind = write ? KIND_PLAIN : KIND_READ;
+  /* FUA on a read asks for the medium's data: the engine's reads are
+   * coherent with its cache, so only writes carry it. */
   return one_op (cmd, write ? S4K_SCSI_OP_WRITE : S4K_SCSI_OP_READ, x->data,
-                 bytes, lba << lun->lshift, fua ? S4K_FUA : 0);
+                 bytes, lba << lun->lshift, write && fua ? S4K_FUA : 0);
 }
 
 static unsigned

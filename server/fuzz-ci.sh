@@ -6,17 +6,22 @@
 # how to replay it.  New interesting inputs stay in build/fuzz/ci/corpus:
 # minimise them into tests/server/corpus by hand (see server/README.md).
 # Usage: server/fuzz-ci.sh FUZZ-BINARY SECONDS
+# The SCSI fuzzer (tests/unit/scsi-fuzz.mk) runs it too, with FUZZ_CORPUS,
+# FUZZ_DICT (empty: none), FUZZ_CI_DIR and FUZZ_REPLAY naming its own.
 set -u
 bin=$1 seconds=$2
-dir=build/fuzz/ci
+dir=${FUZZ_CI_DIR:-build/fuzz/ci}
+corpus=${FUZZ_CORPUS:-tests/server/corpus}
+dict=${FUZZ_DICT-server/fuzz.dict}
+replay=${FUZZ_REPLAY:-build/default/server/fuzz-replay crash   # or build/fuzz/fuzz-server crash (make fuzz builds it)}
 rm -rf "$dir"
 mkdir -p "$dir/corpus" "$dir/crashes"
 log=$dir/fuzz.log
-echo "fuzz-ci: $bin for ${seconds}s from tests/server/corpus (log: $log)"
+echo "fuzz-ci: $bin for ${seconds}s from $corpus (log: $log)"
 # A wide -timeout: a loaded CI machine must not make a slow input a hang.
 "$bin" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
   -max_len=131072 -print_final_stats=1 -artifact_prefix="$dir/crashes/" \
-  -dict=server/fuzz.dict "$dir/corpus" tests/server/corpus >"$log" 2>&1
+  ${dict:+-dict="$dict"} "$dir/corpus" "$corpus" >"$log" 2>&1
 st=$?
 grep -m1 'INFO: Seed:' "$log"
 grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' "$log"
@@ -33,6 +38,6 @@ for f in $found; do
   echo "base64 -d > crash <<'B64'"
   base64 -w 76 "$f"
   echo "B64"
-  echo "build/default/server/fuzz-replay crash   # or build/fuzz/fuzz-server crash (make fuzz builds it)"
+  echo "$replay"
 done
 exit 1

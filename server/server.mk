@@ -2,9 +2,10 @@
 #   make                 also builds ./sect4k-server and sect4k-server.1
 #   make fuzz            libFuzzer (clang) on the handshake/request parser
 #                        for FUZZ_TIME seconds (default 60)
-#   make fuzz-ci         CI's campaign (.ci/run): FUZZ_CI_TIME seconds (60)
-#                        from the corpus alone; fails on a crash and prints
-#                        the input (base64) for replay
+#   make fuzz-ci         CI's campaign (.ci/run): FUZZ_CI_TIME seconds (60;
+#                        half of it the SCSI fuzzer's) from the corpus
+#                        alone; fails on a crash and prints the input
+#                        (base64) for replay
 #   make bench-server    server vs nbdkit + plugin (fio, callgrind); part
 #                        of `make bench`
 
@@ -56,8 +57,12 @@ fuzz: $(FUZZ_BIN)
 	  $(FUZZ_DIR)/corpus tests/server/corpus
 	@echo "fuzz: new crashes (if any) are in $(FUZZ_DIR)/crashes; copy them to tests/server/corpus/ once fixed"
 FUZZ_CI_TIME ?= 60
+# The minute is shared with the SCSI fuzzer (tests/unit/scsi-fuzz.mk, a
+# prerequisite of fuzz-ci): half each.
+FUZZ_CI_SCSI_TIME = $(shell expr $(FUZZ_CI_TIME) / 2)
+FUZZ_CI_NBD_TIME = $(shell expr $(FUZZ_CI_TIME) - $(FUZZ_CI_SCSI_TIME))
 fuzz-ci: $(FUZZ_BIN)
-	server/fuzz-ci.sh $(FUZZ_BIN) $(FUZZ_CI_TIME)
+	server/fuzz-ci.sh $(FUZZ_BIN) $(FUZZ_CI_NBD_TIME)
 
 bench: bench-server
 bench-server: $(SERVER) $(PLUGIN)

@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""Writes the seed inputs of the SCSI fuzz corpus (tests/unit/scsi-corpus/
+seed-*): every command the layer knows, well-formed and on every geometry,
+in the input format of tests/unit/scsi-fuzz.c."""
+import os
+import struct
+import sys
+
+
+def cmd(cdb, data=b"", fail=None, cut=False, dlen=None):
+    """One command: header, CDB, data length, data, fail byte."""
+    n = len(data) if dlen is None else dlen
+    h = len(cdb) | (0x80 if n > 255 else 0) | (0x20 if fail is not None else 0) \
+        | (0x40 if cut else 0)
+    out = bytes([h]) + bytes(cdb)
+    out += struct.pack(">H", n) if n > 255 else bytes([n])
+    out += data
+    if fail is not None:
+        out += bytes([fail])
+    return out
+
+
+def be(v, n):
+    return v.to_bytes(n, "big")
+
+
+TUR = cmd([0] * 6)
+SEEDS = {
+    "inquiry": cmd([0x12, 0, 0, 0, 96, 0], dlen=96),
+    "vpd": b"".join(cmd([0x12, 1, p, 0, 255, 0], dlen=255)
+                    for p in (0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2, 0x89)),
+    "readcap": cmd([0x25] + [0] * 9, dlen=8) +
+               cmd([0x9e, 0x10] + [0] * 8 + list(be(32, 4)) + [0, 0], dlen=32),
+    "modesense": b"".join(cmd([0x1a, 0, pc << 6 | p, 0, 255, 0], dlen=255)
+                          for pc in range(4) for p in (0x01, 0x08, 0x0a, 0x3f)) +
+                 cmd([0x5a, 0x10, 0x3f, 0, 0, 0, 0, 1, 0, 0], dlen=256),
+    "modeselect": cmd([0x15, 0x10, 0, 0, 24, 0],
+                      bytes([0, 0, 0x10, 0, 0x08, 0x12]) + bytes(18)),
+    "rw": cmd([0x2a, 0x08, 0, 0, 0, 3, 0, 0, 4, 0], bytes(range(256)) * 8) +
+          cmd([0x28, 0, 0, 0, 0, 3, 0, 0, 4, 0], dlen=2048) +
+          cmd([0x08, 0, 0, 3, 4, 0], dlen=2048) +
+          cmd([0x0a, 0, 0, 3, 1, 0], b"\x11" * 512) +
+          cmd([0xa8, 0, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0], dlen=2048) +
+          cmd([0xaa, 0, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0], b"\x22" * 512) +
+          cmd([0x88, 0x08] + list(be(3, 8)) + list(be(4, 4)) + [0, 0], dlen=4096) +
+          cmd([0x8a, 0x08] + list(be(3, 8)) + list(be(1, 4)) + [0, 0], b"\x33" * 4096),
+    "badread": cmd([0x28, 0, 0, 0, 0, 0, 0, 0, 32, 0], dlen=16384) +
+               cmd([0x2f, 0, 0, 0, 0, 0, 0, 0, 32, 0]),
+    "failread": cmd([0x28, 0, 0, 0, 0, 0, 0, 0, 16, 0], dlen=8192, fail=0x00) +
+                cmd([0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0], b"\x44" * 512, fail=0x30),
+    "sync": cmd([0x35] + [0] * 9) + cmd([0x91] + [0] * 15) +
+            cmd([0x1b, 0, 0, 0, 0, 0]) + cmd([0x1b, 0, 0, 0, 1, 0]),
+    "writesame": cmd([0x93, 0x08] + list(be(2, 8)) + list(be(16, 4)) + [0, 0], bytes(512)) +
+                 cmd([0x93, 0x01] + list(be(2, 8)) + list(be(16, 4)) + [0, 0]) +
+                 cmd([0x93, 0] + list(be(2, 8)) + list(be(40, 4)) + [0, 0], b"\x5a" * 4096) +
+                 cmd([0x41, 0x08, 0, 0, 0, 2, 0, 0, 4, 0], bytes(4096)),
+    "unmap": cmd([0x42, 0, 0, 0, 0, 0, 0, 0, 40, 0],
+                 be(38, 2) + be(32, 2) + bytes(4) + be(0, 8) + be(16, 4) + bytes(4) +
+                 be(100, 8) + be(1, 4) + bytes(4)),
+    "verify": cmd([0x2f, 0x02, 0, 0, 0, 0, 0, 0, 1, 0], bytes(512)) +
+              cmd([0x8f, 0x06] + list(be(0, 8)) + list(be(2, 4)) + [0, 0], bytes(4096)),
+    "sense": cmd([0x03, 0, 0, 0, 18, 0], dlen=18) + TUR + cmd([0x03, 0, 0, 0, 18, 0], dlen=18),
+    "rsoc": cmd([0xa3, 0x0c, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0], dlen=1024) +
+            cmd([0xa3, 0x0c, 1, 0x93, 0, 0, 0, 0, 0, 64, 0, 0], dlen=64) +
+            cmd([0xa3, 0x0c, 2, 0x9e, 0, 0x10, 0, 0, 0, 64, 0, 0], dlen=64),
+    "powercut": TUR + cmd([0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0], b"\x66" * 512, cut=True) +
+                TUR + cmd([0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0], dlen=512),
+    "malformed": cmd([0x28, 0x20, 0, 0, 0, 0, 0, 0, 1, 0], dlen=512) +
+                 cmd([0x88, 0] + [0xff] * 8 + list(be(1, 4)) + [0, 0], dlen=512) +
+                 cmd([0x8a, 0, 0, 0, 0, 0, 0, 0]) + cmd([]) + cmd([0x7f] + [0] * 15) +
+                 cmd([0x2a, 0, 0, 0, 0, 0, 0, 1, 0, 0], b"x" * 100),
+}
+
+
+def main(outdir):
+    os.makedirs(outdir, exist_ok=True)
+    for name, body in SEEDS.items():
+        # geometry byte: 512e plus, for the fault seeds, the fault layer
+        for b0, tag in ((0x01, "512e"), (0x4a, "512e-xp-faults"), (0x13, "4kn-ro"),
+                        (0x0c, "1k8k-wc")):
+            with open(os.path.join(outdir, "seed-%s-%s" % (name, tag)), "wb") as f:
+                f.write(bytes([b0]) + body)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else
+         os.path.join(os.path.dirname(os.path.abspath(__file__)), "scsi-corpus"))
