@@ -130,7 +130,8 @@ append_locked (struct s4k_wlog *w, uint64_t flags, uint64_t off, uint64_t len,
   put64 (w->block + 8, len / S4K_WLOG_SECTOR);
   put64 (w->block + 16, flags);
   put64 (w->block + 24, mark_len);
-  memcpy (w->block + ENTRY_BYTES, mark, mark_len);
+  if (mark_len)
+    memcpy (w->block + ENTRY_BYTES, mark, mark_len);
   struct iovec iov[2] = { { w->block, sizeof w->block },
                           { (void *) data, len } };
   const bool trim = flags & S4K_WLOG_DISCARD;

@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, done_testing, Nbdkit, need_nbd  # noqa: E402
+from tap import ok, diag, done_testing, Nbdkit, need_nbd, sanitizer_env  # noqa: E402
 from srvlib import Server, SERVER  # noqa: E402
 
 nbd = need_nbd()
@@ -154,7 +154,8 @@ p = subprocess.run(["nbdkit", "-U", os.path.join(d, "s2"), "-f",
                     os.environ.get("SECT4K_PLUGIN", os.path.join(TOP,
                                                                  "sect4k.so")),
                     "size=1M", "write-log=/nonexistent/dir/log"],
-                   capture_output=True, text=True, timeout=60)
+                   capture_output=True, text=True, timeout=60,
+                   env=dict(os.environ, **sanitizer_env()))
 err = [l for l in p.stderr.splitlines() if "write-log" in l]
 ok(p.returncode != 0 and len(err) == 1 and "cannot create the log" in err[0],
    "nbdkit, unwritable write-log=: %s" % p.stderr.strip())

@@ -352,8 +352,8 @@ scsi_attach_case () {
     "$L $P $A"
   says "$pfx: sect4k-attach says where the alignment offset came from" "$out" "alignment offset $A ($why"
   head -c 65536 /dev/urandom > /tmp/att.a
-  check "$pfx: an O_DIRECT write to $dev succeeds" \
-    dd if=/tmp/att.a of="$dev" bs=65536 seek=3 oflag=direct conv=notrunc status=none
+  check "$pfx: an O_DIRECT write to $dev and its flush succeed" \
+    dd if=/tmp/att.a of="$dev" bs=65536 seek=3 oflag=direct conv=notrunc,fsync status=none
   attached=$dev
 }
 scsi_detach () {
