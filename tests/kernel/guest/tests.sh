@@ -5,6 +5,7 @@
 #   virtio  the virtio-blk disks the host gave qemu (one per case, serial=name)
 #   faults  bad sectors and power cuts through the nbd driver
 #   scsi, scsi_bench   guest/scsi.sh
+#   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
 # The host numbers the tests and checks that all of them came.
 PLUGIN=/opt/sect4k/sect4k.so
@@ -384,6 +385,43 @@ suite_faults () {
     diag "faults: no ext4 in this kernel: the file-system power cuts are not run"
   fi
   unload_nbd
+}
+
+# dm-log-writes over a 512e disk (issue 23): an ext4 workload logged for
+# the host, which reads the log with sect4k-crash after the guest exits.
+suite_dmlog () {
+  data= log=
+  for s in /sys/block/vd*; do
+    case "$(cat "$s/serial" 2>/dev/null)" in
+      dmlog-data) data=/dev/${s##*/} ;;
+      dmlog-log) log=/dev/${s##*/} ;;
+    esac
+  done
+  if [ -z "$data" ] || [ -z "$log" ]; then nok "dmlog: the guest has the data and log disks"; return; fi
+  is "dmlog: the data disk is 512e" \
+    "$(cat /sys/block/${data#/dev/}/queue/logical_block_size) $(cat /sys/block/${data#/dev/}/queue/physical_block_size)" "512 4096"
+  export DM_DISABLE_UDEV=1
+  sectors=$(blockdev --getsz "$data")
+  out=$(dmsetup create --noudevsync s4klog --table "0 $sectors log-writes $data $log" 2>&1)
+  check "dmlog: dmsetup creates a log-writes target" test $? = 0 || { diag "$out"; return; }
+  dmsetup mknodes s4klog >/dev/null 2>&1
+  dev=/dev/mapper/s4klog
+  mkdir -p /mnt
+  if mke2fs -q -F -t ext4 "$dev" && mount -t ext4 "$dev" /mnt; then
+    i=0
+    while [ $i -lt 4 ]; do
+      head -c $(( (i + 1) * 5000 )) /dev/urandom > /tmp/data
+      dd if=/tmp/data of=/mnt/f$i conv=fsync status=none
+      i=$((i + 1))
+    done
+    umount /mnt
+    ok "dmlog: mkfs.ext4, mount, 4 fsync'd files, umount through log-writes"
+  else
+    nok "dmlog: mkfs.ext4, mount, 4 fsync'd files, umount through log-writes"
+  fi
+  check "dmlog: dmsetup message mark workload-done" dmsetup message s4klog 0 mark workload-done
+  check "dmlog: dmsetup removes the target" dmsetup remove --noudevsync s4klog
+  sync
 }
 
 # The SCSI suites (issue 22).
