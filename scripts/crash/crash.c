@@ -467,7 +467,8 @@ state_build (struct state *st)
         ks[nk++] = k;
       }
     }
-  qsort (ks, nk, sizeof *ks, cmp_u64);
+  if (nk)                       /* qsort wants a real array */
+    qsort (ks, nk, sizeof *ks, cmp_u64);
   size_t u = 0;
   for (size_t i = 0; i < nk; i++)
     if (!u || ks[u - 1] != ks[i])
@@ -1814,8 +1815,10 @@ main (int argc, char **argv)
       fprintf (stderr, PROG ": state %s written to %s\n", canon, output);
     }
     if (!checker) {
-      if (output)
+      if (output) {
+        free (canon);
         return 0;
+      }
       open_socket ();
       printf ("nbd+unix:///?socket=%s\n", sock_path);
       fflush (stdout);
@@ -1827,6 +1830,7 @@ main (int argc, char **argv)
       timeout_s = 0;
       while (!stop)
         run_checker (canon);
+      free (canon);
       return 0;
     }
     open_socket ();
