@@ -1101,7 +1101,7 @@ conn_recv_area (struct conn *c, uint8_t **p, size_t *len)
 {
   *p = NULL;
   *len = 0;
-  if (c->state == ST_DONE || c->stopping ||
+  if (c->state == ST_DONE || c->stopping || c->starttls ||
       conn_out_bytes (c) >= CONN_OUT_HIGH)
     return;
   if (c->state == ST_PAYLOAD && c->in_head == c->in_tail) {
@@ -1190,6 +1190,8 @@ conn_process (struct conn *c)
         goto need_more;
       c->in_head += 16 + len;
       handshake_option (c, opt, in + 16, len);
+      if (c->starttls)
+        return;                 /* what follows is TLS, for the loop */
       break;
     }
 

@@ -70,6 +70,7 @@ struct server_cfg {
   bool readonly;
   bool require_block_size;
   bool verbose;
+  int tls;                        /* enum tls_mode (tls.h) */
 };
 
 /* The NBD side's counters besides requests[], one line each: the struct,
@@ -177,6 +178,9 @@ struct conn {
   char discard_msg[256];          /* and its message */
 
   bool transmission;              /* handshake finished */
+  bool starttls;                  /* STARTTLS answered: the loop starts
+                                     TLS once that reply is sent */
+  bool tls_active;                /* the session runs over TLS */
   unsigned epoch;                 /* its export's power cuts before it */
   bool no_zeroes, structured, meta_allocation;
   bool refusal_logged;

@@ -12,6 +12,7 @@
 
 #include "conn.h"
 #include "protocol.h"
+#include "tls.h"
 
 /* ---- options ---------------------------------------------------------- */
 
@@ -301,9 +302,46 @@ opt_meta (struct conn *c, uint32_t opt, const uint8_t *d, uint32_t len)
   opt_reply (c, opt, NBD_REP_ACK, NULL, 0);
 }
 
+/* NBD_OPT_STARTTLS: the reply goes out in clear, then the loop starts
+ * TLS; what was negotiated before is forgotten (the spec). */
+static void
+opt_starttls (struct conn *c, uint32_t len)
+{
+  if (c->cfg->tls == TLS_OFF)
+    opt_error (c, NBD_OPT_STARTTLS, NBD_REP_ERR_UNSUP,
+               "TLS is not enabled on this server (--tls)");
+  else if (c->tls_active)
+    opt_error (c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID,
+               "TLS is already on");
+  else if (len != 0)
+    opt_error (c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID,
+               "NBD_OPT_STARTTLS takes no data");
+  else {
+    opt_reply (c, NBD_OPT_STARTTLS, NBD_REP_ACK, NULL, 0);
+    c->starttls = true;
+    c->tls_active = true;
+    c->structured = false;
+    c->meta_allocation = false;
+    c->cfg = c->cfg->first ? c->cfg->first : c->cfg;
+  }
+}
+
 void
 handshake_option (struct conn *c, uint32_t opt, const uint8_t *d, uint32_t len)
 {
+  if (c->cfg->tls == TLS_REQUIRE && !c->tls_active &&
+      opt != NBD_OPT_STARTTLS && opt != NBD_OPT_ABORT) {
+    if (opt == NBD_OPT_EXPORT_NAME) {
+      log_msg ("%s: NBD_OPT_EXPORT_NAME before TLS (--tls=require): "
+               "connection closed", c->name);
+      hang_up (c, NULL);
+    }
+    else
+      opt_error (c, opt, NBD_REP_ERR_TLS_REQD,
+                 "this server requires TLS (--tls=require): send "
+                 "NBD_OPT_STARTTLS first");
+    return;
+  }
   switch (opt) {
   case NBD_OPT_EXPORT_NAME:
     opt_export_name (c, d, len);
@@ -333,7 +371,7 @@ handshake_option (struct conn *c, uint32_t opt, const uint8_t *d, uint32_t len)
     opt_meta (c, opt, d, len);
     break;
   case NBD_OPT_STARTTLS:
-    opt_error (c, opt, NBD_REP_ERR_UNSUP, "TLS is not supported");
+    opt_starttls (c, len);
     break;
   default:
     opt_error (c, opt, NBD_REP_ERR_UNSUP, "option %" PRIu32 " is not "

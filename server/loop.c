@@ -23,6 +23,7 @@
 #include <liburing.h>
 
 #include "server.h"
+#include "tls.h"
 
 #define RING_ENTRIES 256
 #define TICK_MS 100                 /* timeout checks */
@@ -67,6 +68,9 @@ struct sconn {
   size_t sref;                      /* out_iov's place in srefs */
   struct iovec *iov;                /* CONN_IOV_MAX, for sendmsg */
   struct msghdr msg;
+  struct tls *tls;                  /* after STARTTLS (NULL: in clear) */
+  uint8_t *raw;                     /* TLS: what the socket received */
+  bool pumping;                     /* in tls_pump */
   uint64_t deadline;                /* handshake must end by then (ms) */
   uint64_t active;                  /* last byte received or sent (ms) */
   char name[64];
@@ -217,6 +221,8 @@ free_if_idle (struct worker *w, struct sconn *sc)
   close (sc->fd);
   add_stats (&w->stats, &sc->c.stats);
   conn_free (&sc->c);
+  tls_free (sc->tls);
+  free (sc->raw);
   free (sc->sending.p);
   free (sc->srefs.v);
   free (sc->iov);
@@ -253,6 +259,71 @@ send_rest (struct worker *w, struct sconn *sc)
   sc->send_busy = true;
 }
 
+/* TLS: decrypts what was received into the connection's receive
+ * area while it has room (the handshake first). */
+static void
+tls_pump (struct sconn *sc)
+{
+  struct conn *c = &sc->c;
+  if (sc->pumping)
+    return;
+  sc->pumping = true;
+  while (!sc->closing && !c->hangup) {
+    uint8_t *p;
+    size_t len;
+    conn_recv_area (c, &p, &len);
+    ssize_t n = tls_read (sc->tls, p, len);
+    if (n < 0) {
+      start_close (sc);
+      break;
+    }
+    if (n == 0)
+      break;
+    conn_received (c, n);
+  }
+  sc->pumping = false;
+}
+
+/* TLS: everything the connection has to send, through the record layer
+ * (pieces by reference too: they are copied into records). */
+static int
+tls_encrypt (struct sconn *sc)
+{
+  struct conn *c = &sc->c;
+  struct iovec iov[64];
+  size_t k = 0;
+  uint64_t pos = 0, total = conn_out_bytes (c);
+  while (pos < total) {
+    unsigned n = out_iov (&c->out, &c->refs, pos, &k, iov, 64);
+    for (unsigned i = 0; i < n; i++) {
+      if (tls_write (sc->tls, iov[i].iov_base, iov[i].iov_len) == -1)
+        return -1;
+      pos += iov[i].iov_len;
+    }
+  }
+  c->out.len = 0;
+  c->refs.n = 0;
+  c->refs.bytes = 0;
+  return 0;
+}
+
+/* The STARTTLS reply has gone out in clear: TLS from here on. */
+static int
+tls_start (struct sconn *sc)
+{
+  struct conn *c = &sc->c;
+  sc->tls = tls_new (sc->name);
+  sc->raw = malloc (CONN_IN_SIZE);
+  if (!sc->tls || !sc->raw ||
+      tls_feed (sc->tls, c->in + c->in_head, c->in_tail - c->in_head) == -1) {
+    log_msg ("%s: TLS: out of memory", sc->name);
+    return -1;
+  }
+  c->in_head = c->in_tail = 0;
+  c->starttls = false;
+  return 0;
+}
+
 /* Starts whatever I/O the connection can do now. */
 static void
 kick (struct worker *w, struct sconn *sc)
@@ -264,9 +335,33 @@ kick (struct worker *w, struct sconn *sc)
     free_if_idle (w, sc);
     return;
   }
+  if (c->starttls && !sc->send_busy && conn_out_bytes (c) == 0 &&
+      tls_start (sc) == -1)
+    start_close (sc);
+  if (sc->tls && !sc->closing) {
+    tls_pump (sc);
+    if (!sc->closing && !sc->send_busy && conn_out_bytes (c) > 0 &&
+        tls_encrypt (sc) == -1)
+      start_close (sc);
+    if (!sc->closing && !sc->send_busy && tls_output_bytes (sc->tls) > 0) {
+      free (sc->sending.p);
+      tls_take_output (sc->tls, &sc->sending.p, &sc->sending.len,
+                       &sc->sending.cap);
+      sc->srefs.n = 0;
+      sc->srefs.bytes = 0;
+      sc->sent = 0;
+      sc->sref = 0;
+      sc->sent_this_tick = true;
+      send_rest (w, sc);
+    }
+    if (sc->closing) {
+      free_if_idle (w, sc);
+      return;
+    }
+  }
   /* The engine never writes into c->out (only into slot buffers), so it
    * can go to the socket whatever is in flight. */
-  if (!sc->send_busy && conn_out_bytes (c) > 0) {
+  if (!sc->tls && !sc->send_busy && conn_out_bytes (c) > 0) {
     if (c->refs.n && !sc->iov &&
         !(sc->iov = malloc (CONN_IOV_MAX * sizeof *sc->iov))) {
       log_msg ("%s: out of memory for a reply", sc->name);
@@ -292,6 +387,10 @@ kick (struct worker *w, struct sconn *sc)
     uint8_t *p;
     size_t len;
     conn_recv_area (c, &p, &len);
+    if (sc->tls) {              /* raw bytes, while there is room */
+      p = sc->raw;
+      len = len > 0 ? CONN_IN_SIZE : 0;
+    }
     if (len > 0) {
       struct io_uring_sqe *sqe = get_sqe (w);
       io_uring_prep_recv (sqe, sc->fd, p, len, 0);
@@ -300,7 +399,7 @@ kick (struct worker *w, struct sconn *sc)
     }
   }
   if (conn_done (c) && !c->inflight && !sc->send_busy &&
-      conn_out_bytes (c) == 0) {
+      conn_out_bytes (c) == 0 && !(sc->tls && tls_output_bytes (sc->tls))) {
     if (!c->stopping || c->hangup)
       start_close (sc);
     else if (!sc->draining) {
@@ -370,6 +469,12 @@ on_recv (struct s4k_completion *op, int res)
   if (sc->draining) {
     if (res <= 0)
       start_close (sc);
+  }
+  else if (res > 0 && !sc->closing && sc->tls) {
+    if (tls_feed (sc->tls, sc->raw, res) == -1) {
+      log_msg ("%s: TLS: out of memory", sc->name);
+      start_close (sc);
+    }
   }
   else if (res > 0 && !sc->closing)
     conn_received (&sc->c, res);

@@ -21,6 +21,7 @@
 
 #include "server.h"
 #include "tcmu.h"
+#include "tls.h"
 #include "sect4k/exports.h"
 
 #define PROG "sect4k-server"
@@ -57,6 +58,12 @@ usage (FILE *f)
 "      --max-connections N    open connections at most (default 128)\n"
 "      --handshake-timeout S  drop clients still negotiating after S seconds\n"
 "                             (default 10)\n"
+"      --tls=off|on|require   TLS (NBD_OPT_STARTTLS): on offers it, require\n"
+"                             refuses clients without it (default off)\n"
+"      --tls-certificates DIR X.509: DIR/ca-cert.pem, server-cert.pem,\n"
+"                             server-key.pem (as nbdkit)\n"
+"      --tls-psk FILE         pre-shared keys, psktool's username:hexkey\n"
+"      --tls-verify-peer      X.509: clients need a certificate the CA signed\n"
 "      --idle-timeout S       close connections that receive and send\n"
 "                             nothing for S seconds (default 0: never)\n"
 "      --nbd-stats FILE       write connection and NBD request counts at\n"
@@ -323,7 +330,8 @@ int
 main (int argc, char **argv)
 {
   enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_NBD_STATS,
-         OPT_OLD_STATS, OPT_IDLE_TIMEOUT, OPT_SCSI };
+         OPT_OLD_STATS, OPT_IDLE_TIMEOUT, OPT_SCSI, OPT_TLS, OPT_TLS_CERTS,
+         OPT_TLS_PSK, OPT_TLS_VERIFY };
   static const struct option longopts[] = {
     { "unix", required_argument, NULL, 'U' },
     { "listen", required_argument, NULL, 'l' },
@@ -337,6 +345,10 @@ main (int argc, char **argv)
     { "nbd-stats", required_argument, NULL, OPT_NBD_STATS },
     { "stats", required_argument, NULL, OPT_OLD_STATS },
     { "scsi", no_argument, NULL, OPT_SCSI },
+    { "tls", required_argument, NULL, OPT_TLS },
+    { "tls-certificates", required_argument, NULL, OPT_TLS_CERTS },
+    { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
+    { "tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
@@ -348,6 +360,7 @@ main (int argc, char **argv)
   signal (SIGPIPE, SIG_IGN);
   const char *unix_path = NULL, *listen_spec = NULL, *stats_file = NULL;
   bool allow_remote = false, scsi = false;
+  struct tls_options tls = { 0 };
   long ncpu = sysconf (_SC_NPROCESSORS_ONLN);
   s.threads = ncpu < 1 ? 1 : ncpu > 4 ? 4 : ncpu;
   s.max_connections = 128;
@@ -394,6 +407,22 @@ main (int argc, char **argv)
       /* fall through */
     case OPT_NBD_STATS: stats_file = optarg; break;
     case OPT_SCSI: scsi = true; break;
+    case OPT_TLS:
+      if (strcmp (optarg, "off") == 0)
+        s.cfg.tls = TLS_OFF;
+      else if (strcmp (optarg, "on") == 0)
+        s.cfg.tls = TLS_ON;
+      else if (strcmp (optarg, "require") == 0)
+        s.cfg.tls = TLS_REQUIRE;
+      else {
+        fprintf (stderr, PROG ": --tls=%s: expected off, on or require\n",
+                 optarg);
+        return 1;
+      }
+      break;
+    case OPT_TLS_CERTS: tls.certificates = optarg; break;
+    case OPT_TLS_PSK: tls.psk_file = optarg; break;
+    case OPT_TLS_VERIFY: tls.verify_peer = 1; break;
     case 'v': s.cfg.verbose = true; break;
     case 'h': usage (stdout); return 0;
     case 'V': printf (PROG " %s\n", S4K_VERSION); return 0;
@@ -402,6 +431,14 @@ main (int argc, char **argv)
       return 1;
     }
   }
+  if (s.cfg.tls == TLS_OFF && (tls.certificates || tls.psk_file ||
+                               tls.verify_peer)) {
+    fprintf (stderr, PROG ": --tls-certificates, --tls-psk and "
+             "--tls-verify-peer need --tls=on or --tls=require\n");
+    return 1;
+  }
+  if (s.cfg.tls != TLS_OFF && tls_setup (&tls) == -1)
+    return 1;
   if (unix_path && listen_spec) {
     fprintf (stderr, PROG ": give --unix or --listen, not both\n");
     return 1;

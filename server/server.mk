@@ -11,7 +11,8 @@
 
 SERVER_MAN := sect4k-server.1
 SERVER_SRCS := server/main.c server/loop.c server/conn.c server/handshake.c \
-  server/configfs.c server/tcmu.c
+  server/configfs.c server/tcmu.c server/tls.c
+GNUTLS_LIBS = $(shell $(PKG_CONFIG) --libs gnutls 2>/dev/null)
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(B)/%.o)
 SERVER_HDRS := $(wildcard server/*.h)
 # Replays the fuzz regression corpus in `make check` (no clang needed).
@@ -23,7 +24,7 @@ all: $(SERVER) $(SERVER_MAN) $(FUZZ_REPLAY)
 $(SERVER_OBJS) $(B)/server/fuzz.o: $(SERVER_HDRS)
 
 $(SERVER): $(SERVER_OBJS) $(ENGINE_LIB)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(SERVER_OBJS) $(ENGINE_LIB) $(ENGINE_LIBS)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(SERVER_OBJS) $(ENGINE_LIB) $(ENGINE_LIBS) $(GNUTLS_LIBS)
 
 $(FUZZ_REPLAY): server/fuzz.c $(B)/server/conn.o $(B)/server/handshake.o $(ENGINE_LIB) $(SERVER_HDRS)
 	$(CC) $(CFLAGS_ALL) $(URING_CFLAGS) -DFUZZ_REPLAY_MAIN -o $@ server/fuzz.c \

@@ -1,0 +1,253 @@
+#!/usr/bin/python3
+"""TLS (--tls, NBD_OPT_STARTTLS): X.509 and PSK with libnbd's tools;
+the spec's rules for options before TLS under --tls=require; refusals;
+--tls=on for plain and TLS clients alike.  Certificates and keys are
+made here with certtool and psktool, as nbdkit's tests do."""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tap import ok, diag, done_testing, skip_all, need_nbd  # noqa: E402
+import srvlib  # noqa: E402
+from srvlib import Server, greet, send_opt, recv_opt_reply, go, closed  # noqa: E402
+
+srvlib.need_server()
+for tool in ("certtool", "psktool", "nbdinfo", "nbdcopy"):
+    if not shutil.which(tool):
+        skip_all("%s is not installed" % tool)
+nbd = need_nbd()
+
+OPT_STARTTLS = 5
+REP_ACK = 1
+ERR_INVALID = 0x80000003
+ERR_TLS_REQD = 0x80000005
+TMP = tempfile.mkdtemp(prefix="sect4k-tls.")
+
+
+def certtool(*args):
+    subprocess.run(["certtool"] + list(args), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def make_pki(name, ca_dir=None):
+    """DIR with ca-cert.pem, server-cert.pem, server-key.pem and a client
+    certificate (client-cert.pem, client-key.pem), as nbdkit and libnbd
+    expect; with ca_dir, signed by that directory's CA instead of a new
+    one."""
+    d = os.path.join(TMP, name)
+    os.mkdir(d)
+    own_ca = ca_dir is None
+    ca_dir = ca_dir or d
+    if own_ca:
+        with open(os.path.join(d, "ca.info"), "w") as f:
+            f.write("cn = sect4k test CA %s\nca\ncert_signing_key\n" % name)
+        certtool("--generate-privkey", "--outfile", os.path.join(d, "ca-key.pem"))
+        certtool("--generate-self-signed", "--load-privkey",
+                 os.path.join(d, "ca-key.pem"), "--template",
+                 os.path.join(d, "ca.info"), "--outfile",
+                 os.path.join(d, "ca-cert.pem"))
+    else:
+        shutil.copy(os.path.join(ca_dir, "ca-cert.pem"), d)
+    for who, usage in (("server", "tls_www_server"), ("client", "tls_www_client")):
+        info = os.path.join(d, who + ".info")
+        with open(info, "w") as f:
+            f.write("organization = sect4k test\ncn = localhost\n"
+                    "dns_name = localhost\nip_address = 127.0.0.1\n"
+                    "%s\nencryption_key\nsigning_key\n" % usage)
+        key = os.path.join(d, who + "-key.pem")
+        certtool("--generate-privkey", "--outfile", key)
+        certtool("--generate-certificate", "--load-ca-certificate",
+                 os.path.join(ca_dir, "ca-cert.pem"), "--load-ca-privkey",
+                 os.path.join(ca_dir, "ca-key.pem"), "--load-privkey", key,
+                 "--template", info, "--outfile",
+                 os.path.join(d, who + "-cert.pem"))
+    return d
+
+
+def make_psk(name, user):
+    f = os.path.join(TMP, name)
+    subprocess.run(["psktool", "-u", user, "-p", f], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return f
+
+
+def run(*cmd, **kw):
+    return subprocess.run(list(cmd), capture_output=True, text=True,
+                          timeout=60, **kw)
+
+
+def tls_uri(srv, query):
+    return "nbds+unix:///?socket=%s&%s" % (srv.sock, query)
+
+
+def psk_uri(srv, user, keys):
+    return "nbds+unix://%s@/?socket=%s&tls-psk-file=%s" % (user, srv.sock, keys)
+
+
+def roundtrip(uri, what):
+    """8 MiB of random data in and out through nbdcopy."""
+    data = os.urandom(8 << 20)
+    src, dst = os.path.join(TMP, "src"), os.path.join(TMP, "dst")
+    with open(src, "wb") as f:
+        f.write(data)
+    a = run("nbdcopy", src, uri)
+    b = run("nbdcopy", uri, dst) if a.returncode == 0 else a
+    same = b.returncode == 0 and open(dst, "rb").read(len(data)) == data
+    ok(same, "%s: nbdcopy writes and reads back 8 MiB (%s%s)"
+       % (what, a.stderr.strip(), b.stderr.strip()))
+
+
+def main():
+    pki = make_pki("pki")
+    keys = make_psk("keys.psk", "alice")
+
+    # ---- X.509, --tls=require -------------------------------------------
+    with Server("size=64M", options=["--tls=require", "--tls-certificates", pki,
+                                     "-v", "--threads", "1",
+                                     "--handshake-timeout", "2"]) as srv:
+        r = run("nbdinfo", tls_uri(srv, "tls-certificates=" + pki))
+        ok(r.returncode == 0 and "with TLS" in r.stdout and "67108864" in r.stdout,
+           "X.509: nbdinfo over nbds:// (%s)" % r.stderr.strip())
+        roundtrip(tls_uri(srv, "tls-certificates=" + pki), "X.509")
+
+        r = run("nbdinfo", srv.uri)
+        ok(r.returncode != 0, "--tls=require: a plain libnbd client is refused "
+           "(%s)" % r.stderr.strip())
+        ok("requires TLS" in srv.log(), "... and the server says why")
+
+        # A hostile client: STARTTLS, half a ClientHello, then nothing.
+        # The one loop thread serves others meanwhile.
+        s = srv.connect_raw()
+        greet(s)
+        send_opt(s, OPT_STARTTLS)
+        recv_opt_reply(s)
+        s.sendall(bytes.fromhex("16030100c8010000c40303") + os.urandom(20))
+        r = run("nbdinfo", "--size", tls_uri(srv, "tls-certificates=" + pki))
+        ok(r.returncode == 0 and r.stdout.strip() == str(64 << 20),
+           "a client stalled mid-handshake does not stop another being served")
+        ok(closed(s, 20), "... and the stalled one is dropped at the handshake "
+           "timeout")
+        r = run("nbdinfo", "--size", tls_uri(srv, "tls-certificates=" + pki))
+        ok(r.returncode == 0, "... the server still serves after it")
+
+    other = make_pki("other")
+    # libnbd checks the server's certificate against a host name: TCP.
+    with Server("size=64M", tcp=True,
+                options=["--tls=require", "--tls-certificates", pki]) as srv:
+        uri = "nbds://localhost:%d/?tls-certificates=" % srv.port
+        r = run("nbdinfo", "--size", uri + pki)
+        ok(r.returncode == 0, "X.509 over TCP (%s)" % r.stderr.strip())
+        r = run("nbdinfo", "--size", uri + other)
+        ok(r.returncode != 0, "a server certificate the client does not trust: "
+           "refused (%s)" % r.stderr.strip().splitlines()[-1:])
+
+    # ---- --tls-verify-peer ----------------------------------------------
+    nocert = os.path.join(TMP, "nocert")
+    os.mkdir(nocert)
+    shutil.copy(os.path.join(pki, "ca-cert.pem"), nocert)
+    foreign = os.path.join(TMP, "foreign")
+    os.mkdir(foreign)
+    shutil.copy(os.path.join(pki, "ca-cert.pem"), foreign)
+    for f in ("client-cert.pem", "client-key.pem"):
+        shutil.copy(os.path.join(other, f), foreign)
+    with Server("size=64M", options=["--tls=require", "--tls-certificates", pki,
+                                     "--tls-verify-peer"]) as srv:
+        r = run("nbdinfo", "--size", tls_uri(srv, "tls-certificates=" + pki))
+        ok(r.returncode == 0, "--tls-verify-peer: a client with a certificate "
+           "of the CA is served (%s)" % r.stderr.strip())
+        r = run("nbdinfo", "--size", tls_uri(srv, "tls-certificates=" + nocert))
+        ok(r.returncode != 0, "--tls-verify-peer: a client without a "
+           "certificate is refused")
+        r = run("nbdinfo", "--size", tls_uri(srv, "tls-certificates=" + foreign))
+        ok(r.returncode != 0, "--tls-verify-peer: a client certificate of "
+           "another CA is refused")
+
+        # The spec's rules, on a raw socket.
+        s = srv.connect_raw()
+        greet(s)
+        send_opt(s, 8)                          # STRUCTURED_REPLY
+        o, typ, d = recv_opt_reply(s)
+        ok(typ == ERR_TLS_REQD, "an option before STARTTLS: NBD_REP_ERR_TLS_REQD "
+           "(%#x)" % typ)
+        reps = go(s)
+        ok(reps[-1][0] == ERR_TLS_REQD, "NBD_OPT_GO before STARTTLS: "
+           "NBD_REP_ERR_TLS_REQD (%#x)" % reps[-1][0])
+        send_opt(s, OPT_STARTTLS, b"x")
+        o, typ, d = recv_opt_reply(s)
+        ok(typ == ERR_INVALID, "STARTTLS with data: NBD_REP_ERR_INVALID")
+        send_opt(s, 1, b"")                     # EXPORT_NAME
+        ok(closed(s), "NBD_OPT_EXPORT_NAME before STARTTLS: the server closes")
+        s = srv.connect_raw()
+        greet(s)
+        send_opt(s, OPT_STARTTLS)
+        o, typ, d = recv_opt_reply(s)
+        ok(o == OPT_STARTTLS and typ == REP_ACK, "STARTTLS: acknowledged")
+        s.close()
+
+        # STARTTLS again once TLS is on, and structured replies forgotten.
+        h = nbd.NBD()
+        h.set_tls(nbd.TLS_REQUIRE)
+        h.set_tls_certificates(pki)
+        h.set_opt_mode(True)
+        h.connect_unix(srv.sock)
+        h.opt_go()
+        ok(h.get_tls_negotiated(), "nbdsh: TLS negotiated")
+        buf = h.pread(4096, 1 << 20)
+        h.pwrite(b"\x5a" * 4096, 0)
+        ok(h.pread(4096, 0) == b"\x5a" * 4096 and len(buf) == 4096,
+           "nbdsh: a write and a read over TLS")
+        h.shutdown()
+
+    # ---- PSK ----------------------------------------------------------------
+    with Server("size=64M", options=["--tls=require", "--tls-psk", keys]) as srv:
+        r = run("nbdinfo", "--size", psk_uri(srv, "alice", keys))
+        ok(r.returncode == 0 and r.stdout.strip() == str(64 << 20),
+           "PSK: nbdinfo over nbds:// (%s)" % r.stderr.strip())
+        roundtrip(psk_uri(srv, "alice", keys), "PSK")
+        wrong = make_psk("wrong.psk", "alice")
+        r = run("nbdinfo", "--size", psk_uri(srv, "alice", wrong))
+        ok(r.returncode != 0, "PSK: a wrong key is refused")
+        r = run("nbdinfo", "--size", psk_uri(srv, "bob", wrong))
+        ok(r.returncode != 0, "PSK: an unknown user is refused")
+        ok("TLS handshake failed" in srv.log(), "... and the server logs it")
+
+    # ---- --tls=on: both kinds of client -----------------------------------
+    with Server("size=64M", options=["--tls=on", "--tls-certificates", pki]) as srv:
+        r = run("nbdinfo", srv.uri)
+        ok(r.returncode == 0 and "without TLS" in r.stdout,
+           "--tls=on: a plain client is served (%s)" % r.stderr.strip())
+        r = run("nbdinfo", tls_uri(srv, "tls-certificates=" + pki))
+        ok(r.returncode == 0 and "with TLS" in r.stdout,
+           "--tls=on: a TLS client is served (%s)" % r.stderr.strip())
+
+    # ---- --tls=off (the default): STARTTLS unsupported --------------------
+    with Server("size=16M") as srv:
+        r = run("nbdinfo", tls_uri(srv, "tls-certificates=" + pki))
+        ok(r.returncode != 0, "no --tls: a client requiring TLS gets no TLS")
+
+    # ---- bad options: one line each ---------------------------------------
+    for opts, what in (
+            (["--tls=require", "--tls-certificates", os.path.join(TMP, "none")],
+             "a missing certificate directory"),
+            (["--tls=require", "--tls-psk", os.path.join(TMP, "none.psk")],
+             "a missing PSK file"),
+            (["--tls=require", "--tls-psk", keys, "--tls-verify-peer"],
+             "--tls-verify-peer without certificates"),
+            (["--tls=require"], "--tls=require without credentials"),
+            (["--tls=maybe", "--tls-psk", keys], "--tls=maybe"),
+            (["--tls-psk", keys], "--tls-psk without --tls")):
+        r = run(srvlib.SERVER, "--unix", os.path.join(TMP, "x.sock"), *opts,
+                "size=1M")
+        lines = r.stderr.strip().splitlines()
+        ok(r.returncode == 1 and len(lines) == 1,
+           "%s: exit 1, one line (%d: %s)" % (what, r.returncode, lines))
+
+
+main()
+shutil.rmtree(TMP, ignore_errors=True)
+done_testing()
