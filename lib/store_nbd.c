@@ -50,7 +50,10 @@ connect_upstream (const char *uri, char *err, size_t errlen)
     snprintf (err, errlen, "upstream=%s: %s", uri, nbd_get_error ());
     return NULL;
   }
+  /* The URI is the operator's (upstream=), so its tls-certificates= and
+   * tls-psk-file= may name local files. */
   if (nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1 ||
+      nbd_set_uri_allow_local_file (h, true) == -1 ||
       nbd_connect_uri (h, uri) == -1) {
     snprintf (err, errlen, "upstream=%s: cannot connect: %s", uri,
               nbd_get_error ());

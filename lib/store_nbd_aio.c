@@ -408,6 +408,7 @@ connect_begin (struct aloop *al)
     return -EIO;
   if ((al->u->can_extents &&
        nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1) ||
+      nbd_set_uri_allow_local_file (h, true) == -1 ||   /* as store_nbd.c */
       nbd_aio_connect_uri (h, al->u->uri) == -1) {
     nbd_close (h);
     return -EIO;

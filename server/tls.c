@@ -31,6 +31,8 @@ struct tls {
 static int
 buf_add (struct buf *b, const void *p, size_t n)
 {
+  if (n == 0)
+    return 0;
   if (b->head > 0 && b->head == b->len)
     b->head = b->len = 0;
   if (b->len + n > b->cap) {

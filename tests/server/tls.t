@@ -5,14 +5,16 @@ the spec's rules for options before TLS under --tls=require; refusals;
 made here with certtool and psktool, as nbdkit's tests do."""
 import os
 import shutil
+import ssl
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, done_testing, skip_all, need_nbd  # noqa: E402
+from tap import ok, skip, done_testing, skip_all, need_nbd  # noqa: E402
 import srvlib  # noqa: E402
 from srvlib import Server, greet, send_opt, recv_opt_reply, go, closed  # noqa: E402
 
@@ -224,6 +226,63 @@ def main():
         r = run("nbdinfo", tls_uri(srv, "tls-certificates=" + pki))
         ok(r.returncode == 0 and "with TLS" in r.stdout,
            "--tls=on: a TLS client is served (%s)" % r.stderr.strip())
+
+        # STARTTLS forgets what was negotiated; a second one is invalid.
+        s = srv.connect_raw()
+        greet(s)
+        send_opt(s, 8)                          # STRUCTURED_REPLY, in clear
+        ok(recv_opt_reply(s)[1] == REP_ACK, "--tls=on: options before TLS "
+           "are served")
+        send_opt(s, OPT_STARTTLS)
+        recv_opt_reply(s)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(os.path.join(pki, "ca-cert.pem"))
+        ctx.check_hostname = False
+        t = ctx.wrap_socket(s)
+        meta = struct.pack(">I", 0) + struct.pack(">I", 1) + \
+            struct.pack(">I", 15) + b"base:allocation"
+        send_opt(t, 10, meta)                   # SET_META_CONTEXT
+        o, typ, d = recv_opt_reply(t)
+        ok(typ == ERR_INVALID, "after STARTTLS, structured replies are "
+           "forgotten (%#x %s)" % (typ, d))
+        send_opt(t, OPT_STARTTLS)
+        o, typ, d = recv_opt_reply(t)
+        ok(typ == ERR_INVALID, "STARTTLS over TLS: NBD_REP_ERR_INVALID")
+        reps = go(t)
+        ok(reps[-1][0] == REP_ACK, "... and the session goes on: NBD_OPT_GO")
+        t.close()
+
+        if shutil.which("qemu-io"):
+            r = run("qemu-io", "--object", "tls-creds-x509,id=tls0,dir=%s,"
+                    "endpoint=client" % pki, "--image-opts",
+                    "driver=nbd,server.type=unix,server.path=%s,tls-creds=tls0,tls-hostname=localhost"
+                    % srv.sock, "-c", "write -P 0x3c 4096 8192",
+                    "-c", "read -P 0x3c 4096 8192")
+            ok(r.returncode == 0 and "Pattern verification failed"
+               not in r.stdout, "qemu-io over TLS (X.509): write and read "
+               "back (%s%s)" % (r.stdout.strip()[-200:], r.stderr.strip()))
+        else:
+            skip("qemu-io over TLS", "qemu-io is not installed")
+
+    # ---- an nbds:// upstream ----------------------------------------------
+    if shutil.which("nbdkit"):
+        sock = os.path.join(TMP, "up.sock")
+        up = subprocess.Popen(["nbdkit", "-f", "-U", sock, "--tls=require",
+                               "--tls-certificates", pki, "memory", "64M"],
+                              stderr=subprocess.PIPE)
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        upuri = "nbds+unix:///?socket=%s&tls-certificates=%s" % (sock, pki)
+        with Server("size=64M", "model=512e", "upstream=" + upuri) as srv:
+            roundtrip(srv.uri, "upstream=nbds+unix:// (nbdkit --tls=require)")
+            r = run("nbdinfo", "--size", upuri)
+            ok(r.returncode == 0, "... nbdkit serves TLS itself")
+        up.terminate()
+        up.wait()
+    else:
+        skip("an nbds:// upstream", "nbdkit is not installed")
 
     # ---- --tls=off (the default): STARTTLS unsupported --------------------
     with Server("size=16M") as srv:
