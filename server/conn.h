@@ -13,8 +13,10 @@
  * (timing=, latency-*=), where the memory store's requests take slots
  * too: each reply then waits for its modelled completion on an io_uring
  * timeout of the loop.  Inline reads of the memory store put only their
- * headers in c->out: the data is sent from the store by reference
- * (c->refs, read_by_ref in conn.c). */
+ * headers and data in c->out: only holes are sent by reference
+ * (c->refs, read_by_ref in reply.c).  The code: request.c (input),
+ * handshake.c (options), reply.c (replies, read paths), sched.c (slots,
+ * fairness). */
 #ifndef SECT4K_SERVER_CONN_H
 #define SECT4K_SERVER_CONN_H
 

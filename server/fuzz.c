@@ -1,5 +1,5 @@
 /* Fuzz target: arbitrary client bytes into the handshake and request
- * parser (conn.c) over a small device.
+ * parser (request.c, handshake.c, reply.c, sched.c) over a small device.
  *
  * Input: byte 0 picks the device and server settings, byte 1 the size
  * of the pieces the bytes arrive in (its low 7 bits; 0 is 65536) and,
@@ -222,7 +222,7 @@ note_wake (struct conn *c)
   (void) c;                     /* the harness collects c->out itself */
 }
 
-/* The read and write bytes a slot's request holds (conn.c's req_bytes). */
+/* The read and write bytes a slot's request holds (sched.c's req_bytes). */
 static uint64_t
 req_bytes (const struct nbd_request *rq)
 {

@@ -1,5 +1,5 @@
 /* sect4k-server: the handshake phase (NBD options: EXPORT_NAME, INFO, GO,
- * LIST, STRUCTURED_REPLY, SET/LIST_META_CONTEXT, ABORT).  conn.c runs the
+ * LIST, STRUCTURED_REPLY, SET/LIST_META_CONTEXT, ABORT).  request.c runs the
  * state machine and the transmission phase; protocol.h is what both
  * share. */
 #include <endian.h>

@@ -446,7 +446,7 @@ run_yielded (struct worker *w)
   }
 }
 
-/* conn.c's wake: one of its requests in flight finished. */
+/* The connection's wake (sched.c): one of its requests in flight finished. */
 static void
 conn_wake (struct conn *c)
 {

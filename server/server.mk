@@ -10,8 +10,11 @@
 #                        of `make bench`
 
 SERVER_MAN := sect4k-server.1
-SERVER_SRCS := server/main.c server/loop.c server/conn.c server/handshake.c \
-  server/configfs.c server/tcmu.c server/tls.c
+# One connection's protocol, without sockets: what the fuzzer links too.
+CONN_SRCS := server/request.c server/handshake.c server/reply.c server/sched.c
+CONN_OBJS := $(CONN_SRCS:%.c=$(B)/%.o)
+SERVER_SRCS := server/main.c server/loop.c $(CONN_SRCS) server/configfs.c \
+  server/tcmu.c server/tls.c
 GNUTLS_LIBS = $(shell $(PKG_CONFIG) --libs gnutls 2>/dev/null)
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(B)/%.o)
 SERVER_HDRS := $(wildcard server/*.h)
@@ -26,9 +29,9 @@ $(SERVER_OBJS) $(B)/server/fuzz.o: $(SERVER_HDRS)
 $(SERVER): $(SERVER_OBJS) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(SERVER_OBJS) $(ENGINE_LIB) $(ENGINE_LIBS) $(GNUTLS_LIBS)
 
-$(FUZZ_REPLAY): server/fuzz.c $(B)/server/conn.o $(B)/server/handshake.o $(ENGINE_LIB) $(SERVER_HDRS)
+$(FUZZ_REPLAY): server/fuzz.c $(CONN_OBJS) $(ENGINE_LIB) $(SERVER_HDRS)
 	$(CC) $(CFLAGS_ALL) $(URING_CFLAGS) -DFUZZ_REPLAY_MAIN -o $@ server/fuzz.c \
-	  $(B)/server/conn.o $(B)/server/handshake.o $(ENGINE_LIB) $(LDFLAGS_ALL) $(ENGINE_LIBS)
+	  $(CONN_OBJS) $(ENGINE_LIB) $(LDFLAGS_ALL) $(ENGINE_LIBS)
 
 $(SERVER_MAN): server/sect4k-server.pod
 	pod2man --section=1 --center=sect4k --release=sect4k-$(shell sed -n 's/.*S4K_VERSION "\(.*\)"/\1/p' include/sect4k/sect4k.h) --name=sect4k-server $< > $@
@@ -40,11 +43,11 @@ export SECT4K_FUZZ_REPLAY := $(abspath $(FUZZ_REPLAY))
 FUZZ_TIME ?= 60
 FUZZ_DIR := build/fuzz
 FUZZ_BIN := $(FUZZ_DIR)/fuzz-server
-$(FUZZ_BIN): server/fuzz.c server/conn.c server/handshake.c $(SERVER_HDRS) $(ENGINE_SRCS) $(wildcard include/sect4k/*.h lib/*.h)
+$(FUZZ_BIN): server/fuzz.c $(CONN_SRCS) $(SERVER_HDRS) $(ENGINE_SRCS) $(wildcard include/sect4k/*.h lib/*.h)
 	@mkdir -p $(dir $@)
 	clang -std=gnu11 -O1 -g -Iinclude -Wall -Wextra -Werror \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	  $(URING_CFLAGS) -o $@ server/fuzz.c server/conn.c server/handshake.c $(ENGINE_SRCS) \
+	  $(URING_CFLAGS) -o $@ server/fuzz.c $(CONN_SRCS) $(ENGINE_SRCS) \
 	  -pthread $(ENGINE_LIBS)
 $(FUZZ_BIN): | fuzz-deps
 .PHONY: fuzz-deps

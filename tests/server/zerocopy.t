@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reads of the memory store answered by reference (server/conn.c,
+"""Reads of the memory store answered by reference (server/reply.c,
 read_by_ref): holes go out as hole chunks or from one buffer of zeroes,
 never copied into the reply buffer; data is copied, each logical sector
 whole (a reference would let a write in flight tear a sector while the
