@@ -165,7 +165,7 @@ struct s4k_scsi_cmd {
   struct s4k_scsi_op *ops;
   unsigned nops;
 
-  /* Private to lib/scsi.c. */
+  /* Private to the layer (lib/scsi*.c). */
   struct {
     struct s4k_scsi_op inline_ops[2];
     struct s4k_scsi_op *owned_ops;  /* when more than two */
@@ -177,7 +177,7 @@ struct s4k_scsi_cmd {
     uint8_t *salvage_buf;     /* where salvage_start's bytes go */
     unsigned epoch;           /* power cuts at exec */
     uint8_t opcode;
-    uint8_t kind;             /* what done finishes (lib/scsi.c) */
+    uint8_t kind;             /* what done finishes (KIND_*, scsi_priv.h) */
     uint8_t bytchk;           /* VERIFY: 0, 1 (all data), 3 (one block) */
   } priv;
 };
