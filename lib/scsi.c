@@ -51,6 +51,7 @@ s4k_scsi_params_init (struct s4k_scsi_params *p, const struct s4k_geometry *g,
   p->geom = *g;
   p->max_request = max_request;
   p->lbprz = true;
+  p->rotation_rate = 1;         /* no timing model: non-rotating */
   snprintf (p->vendor, sizeof p->vendor, "SECT4K");
   /* The model as the presets name it, else LxP (+A). */
   char model[32], l[12], ph[12];
@@ -91,11 +92,7 @@ s4k_scsi_params_from_config (struct s4k_scsi_params *p,
   p->write_cache = c->fault.write_cache;
   p->readonly = c->readonly;
   p->lbprz = c->upstream == NULL;
-  const char *preset = c->timing.preset;
-  if (preset && strcmp (preset, "hdd7200") == 0)
-    p->rotation_rate = 7200;
-  else if (preset && strcmp (preset, "ssd") == 0)
-    p->rotation_rate = 1;
+  p->rotation_rate = s4k_timing_rotation_rate (&c->timing);
 }
 
 struct s4k_scsi_lun *
