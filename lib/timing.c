@@ -22,16 +22,19 @@
  *   round again, write it); 180 MB/s media rate; NCQ depth 32.
  * ssd: a SATA TLC SSD.  4 KiB reads about 80 us, writes 30 us (they land
  *   in the drive's cache), an RMW reads a NAND page (50 us), 500 MB/s
- *   (SATA 6 Gb/s), NCQ depth 32. */
+ *   (SATA 6 Gb/s), NCQ depth 32.
+ * rpm: the rotation rate the front ends report, 1 for a non-rotating
+ * medium (s4k_timing_rotation_rate). */
 struct timing_preset {
   const char *name;
   uint64_t read_ns, write_ns, rmw_ns, rate;
   uint32_t queue_depth;
+  uint16_t rpm;
 };
 static const struct timing_preset presets[] = {
-  { "hdd7200", 4000000, 4000000, 8333333, 180000000, 32 },
-  { "ssd", 80000, 30000, 50000, 500000000, 32 },
-  { "none", 0, 0, 0, 0, 0 },
+  { "hdd7200", 4000000, 4000000, 8333333, 180000000, 32, 7200 },
+  { "ssd", 80000, 30000, 50000, 500000000, 32, 1 },
+  { "none", 0, 0, 0, 0, 0, 1 },
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
 #define MAX_QUEUE_DEPTH 4096u
@@ -164,6 +167,15 @@ bool
 s4k_timing_enabled (const struct s4k_timing_params *p)
 {
   return p->read_ns || p->write_ns || p->rmw_ns || p->rate;
+}
+
+uint16_t
+s4k_timing_rotation_rate (const struct s4k_timing_params *p)
+{
+  for (size_t i = 0; p->preset && i < NPRESETS; i++)
+    if (strcmp (p->preset, presets[i].name) == 0)
+      return presets[i].rpm;
+  return 1;
 }
 
 /* The physical sectors a write of [off, off+len) only partly covers,

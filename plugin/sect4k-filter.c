@@ -569,6 +569,14 @@ sect4k_can_cache (nbdkit_next *n, void *h)
   (void) n; (void) h;
   return NBDKIT_CACHE_NATIVE;
 }
+/* The device's timing model says, not the next layer (its store), as the
+ * plugin and the SCSI disk (s4k_timing_rotation_rate). */
+static int
+sect4k_is_rotational (nbdkit_next *n, void *h)
+{
+  (void) n; (void) h;
+  return s4k_timing_rotation_rate (&cfg.timing) > 1;
+}
 static int
 sect4k_can_fast_zero (nbdkit_next *next, void *h)
 {
@@ -680,6 +688,7 @@ static struct nbdkit_filter filter = {
   .can_extents = sect4k_yes,
   .can_fua = sect4k_can_fua,
   .can_cache = sect4k_can_cache,
+  .is_rotational = sect4k_is_rotational,
   .pread = sect4k_pread,
   .pwrite = sect4k_pwrite,
   .zero = sect4k_zero,

@@ -28,6 +28,7 @@ struct handle {
   struct s4k_dev *dev;          /* the export the client named */
   bool faults;                  /* its fault keys: power cuts may happen */
   bool timed;                   /* its timing model */
+  bool rotational;              /* the model rotates (timing=hdd7200) */
   const char *description;
   /* Logged once a connection; atomic: nbdkit's worker threads serve one
    * connection's requests in parallel. */
@@ -185,6 +186,7 @@ sect4k_open (int readonly)
   h->description = e->description;
   h->faults = e->cfg.fault.on;
   h->timed = s4k_dev_timed (e->dev);
+  h->rotational = s4k_timing_rotation_rate (&e->cfg.timing) > 1;
   if (h->faults)
     h->epoch = s4k_dev_power_cuts (h->dev);
   return h;
@@ -258,6 +260,12 @@ static int sect4k_can_extents (void *h) { (void) h; return 1; }
 static int sect4k_can_multi_conn (void *h) { (void) h; return 1; }
 static int sect4k_can_fua (void *h) { (void) h; return NBDKIT_FUA_NATIVE; }
 static int sect4k_can_cache (void *h) { (void) h; return NBDKIT_CACHE_NATIVE; }
+/* As the SCSI disk's rotation rate says (s4k_timing_rotation_rate). */
+static int
+sect4k_is_rotational (void *h)
+{
+  return ((struct handle *) h)->rotational;
+}
 static int
 sect4k_can_fast_zero (void *h)
 {
@@ -393,6 +401,7 @@ static struct nbdkit_plugin plugin = {
   .can_multi_conn = sect4k_can_multi_conn,
   .can_fua = sect4k_can_fua,
   .can_cache = sect4k_can_cache,
+  .is_rotational = sect4k_is_rotational,
   .pread = sect4k_pread,
   .pwrite = sect4k_pwrite,
   .zero = sect4k_zero,

@@ -70,6 +70,8 @@ struct server_cfg {
    * S4K_MAX_MAX_REQUEST, nbdkit's own limit, as the plugin does. */
   uint32_t longest;
   bool readonly;
+  bool rotational;                /* NBD_FLAG_ROTATIONAL: the timing model
+                                     rotates (s4k_timing_rotation_rate) */
   bool require_block_size;
   bool verbose;
   int tls;                        /* enum tls_mode (tls.h) */

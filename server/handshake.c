@@ -58,6 +58,8 @@ transmission_flags (const struct conn *c)
   else
     f |= NBD_FLAG_SEND_FUA | NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES |
          NBD_FLAG_SEND_FAST_ZERO;
+  if (c->cfg->rotational)
+    f |= NBD_FLAG_ROTATIONAL;
   if (c->structured)
     f |= NBD_FLAG_SEND_DF;
   return f;

@@ -312,6 +312,7 @@ setup_exports (struct server *s, const struct s4k_exports *t,
       prev->next = e;
     prev = e;
     e->readonly = base.readonly || s4k_dev_readonly (x->dev);
+    e->rotational = s4k_timing_rotation_rate (&x->cfg.timing) > 1;
     e->dev = x->dev;
     e->size = g->size;
     e->minimum = g->logical;

@@ -110,13 +110,14 @@ struct s4k_scsi_params {
  * MODEL" (512n, 512e, 512e-xp, 4kn or LxP), revision from S4K_VERSION,
  * serial and NAA id from a hash of the geometry and name (the export name;
  * NULL or "" for the default export), no write cache, writable, LBPRZ,
- * rotation rate not reported. */
+ * rotation rate 1 (non-rotating, as without a timing model). */
 void s4k_scsi_params_init (struct s4k_scsi_params *p,
                            const struct s4k_geometry *g,
                            uint32_t max_request, const char *name);
 /* The same from an export's finished configuration plus the geometry and
  * max_request its device reports: also write-cache=, read-only, timing=
- * (hdd7200: 7200 rpm, ssd: non-rotating) and upstream= (no LBPRZ). */
+ * (the rotation rate every front end reports, s4k_timing_rotation_rate:
+ * 7200 rpm under hdd7200, else non-rotating) and upstream= (no LBPRZ). */
 void s4k_scsi_params_from_config (struct s4k_scsi_params *p,
                                   const struct s4k_config *c,
                                   const struct s4k_geometry *g,
@@ -165,7 +166,7 @@ struct s4k_scsi_cmd {
   struct s4k_scsi_op *ops;
   unsigned nops;
 
-  /* Private to lib/scsi.c. */
+  /* Private to the layer (lib/scsi*.c). */
   struct {
     struct s4k_scsi_op inline_ops[2];
     struct s4k_scsi_op *owned_ops;  /* when more than two */
@@ -177,7 +178,7 @@ struct s4k_scsi_cmd {
     uint8_t *salvage_buf;     /* where salvage_start's bytes go */
     unsigned epoch;           /* power cuts at exec */
     uint8_t opcode;
-    uint8_t kind;             /* what done finishes (lib/scsi.c) */
+    uint8_t kind;             /* what done finishes (KIND_*, scsi_priv.h) */
     uint8_t bytchk;           /* VERIFY: 0, 1 (all data), 3 (one block) */
   } priv;
 };

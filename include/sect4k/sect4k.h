@@ -495,6 +495,12 @@ int s4k_timing_finish (struct s4k_timing_params *p, char *err,
                        size_t errlen);
 /* True if a request can cost anything. */
 bool s4k_timing_enabled (const struct s4k_timing_params *p);
+/* The medium's rotation rate, what every front end reports (NBD's
+ * ROTATIONAL flag when above 1, SCSI's Block Device Characteristics
+ * page): the preset's rpm, 7200 under timing=hdd7200; else 1, a
+ * non-rotating medium (SBC-4's code): no timing model, timing=ssd or
+ * none, or latency keys alone, model no rotation. */
+uint16_t s4k_timing_rotation_rate (const struct s4k_timing_params *p);
 /* nbdkit's duration syntax: a number (decimals allowed) with s, ms, us or
  * ns; a bare number is seconds.  -1 if malformed or above an hour. */
 int s4k_parse_duration (const char *str, uint64_t *ns);

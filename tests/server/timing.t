@@ -3,7 +3,8 @@
 and sect4k-server): with timing=hdd7200 on 512e, a fio 4 KiB random write
 job offset by 512 bytes costs >= 2x the aligned job per request, the
 difference being RMW; reads straddling two physical sectors pay twice the
-transfer; queue-depth=1 serialises, queue-depth=32 does not.  Assertions
+transfer; queue-depth=1 serialises, queue-depth=32 does not; the export is
+rotational only under timing=hdd7200 (plugin, filter, server).  Assertions
 are on the modelled time in the statistics, and on wall time only as a
 lower bound (a sleep is never shorter), so a loaded machine cannot make
 them fail."""
@@ -191,6 +192,30 @@ for front in FRONTS:
                "sect4k-stats --plot draws it (%s)" % r.stderr.strip())
         else:
             skip("sect4k-stats --plot", "gnuplot is not installed")
+
+# ---- rotational: the NBD flag says what the SCSI disk's B1h page says ----
+# (tests/unit/scsi.t): only a rotating preset rotates, on every front end;
+# the filter says the same whatever the plugin under it says.
+FILTER = os.environ.get("SECT4K_FILTER") or os.path.join(
+    here, "..", "..", "sect4k-filter.so")
+fronts = dict(FRONTS)
+if os.path.exists(FILTER):
+    fronts["filter"] = lambda *a: Nbdkit(*a, options=["--filter=" + FILTER],
+                                         plugin="memory")
+else:
+    skip("the filter's rotational flag", FILTER + " is not built")
+for front in fronts:
+    for keys, want in (((), False), (("timing=ssd",), False),
+                       (("latency-read=4ms", "latency-rmw=8ms"), False),
+                       (("timing=hdd7200",), True)):
+        with fronts[front]("size=1M", *keys) as srv:
+            h = nbd.NBD()
+            h.connect_uri(srv.uri)
+            got = bool(h.is_rotational())
+            h.shutdown()
+        ok(got == want, "%s %s: NBD_FLAG_ROTATIONAL %s" %
+           (front, " ".join(keys) or "(no timing key)",
+            "set" if want else "clear"))
 
 subprocess.run(["rm", "-rf", tmp])
 done_testing()

@@ -296,10 +296,11 @@ test_pages (const struct model *m)
       S4K_DEFAULT_MAX_REQUEST / L, ratio, lowest);
 
   inq[2] = 0xb1;
-  uint8_t pb1[64] = { 0, 0xb1, 0, 0x3c };
+  uint8_t pb1[64] = { 0, 0xb1, 0, 0x3c, 0, 1 };
   ok (run (&t, inq, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
       last.data_in_len == 64 && bytes_are (buf, pb1, 64),
-      "%s: VPD B1h: rotation rate not reported without timing=", m->name);
+      "%s: VPD B1h: rotation rate 1 (non-rotating) without timing=, as "
+      "the NBD flags say", m->name);
 
   inq[2] = 0xb2;
   const uint8_t pb2[8] = { 0, 0xb2, 0, 4, 0, 0xe4, 0x02, 0 };
@@ -378,6 +379,20 @@ test_modes (void)
   uint8_t inq[6] = { 0x12, 1, 0xb1, 0, 255, 0 };
   ok (run (&t, inq, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
       buf[4] == 0x1c && buf[5] == 0x20, "timing=hdd7200: rotation rate 7200");
+  /* Whatever else models time, only a rotating preset rotates. */
+  static const char *const not_rotating[][2] = {
+    { "timing=ssd", NULL }, { "timing=none", NULL },
+    { "latency-read=8ms", "latency-rmw=8ms" },
+  };
+  for (size_t i = 0; i < 3; i++) {
+    struct rig r;
+    const char *keys[] = { not_rotating[i][0], not_rotating[i][1], NULL };
+    rig_open (&r, &models[1], keys);
+    ok (run (&r, inq, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
+        buf[4] == 0 && buf[5] == 1, "%s%s%s: rotation rate 1 (non-rotating)",
+        keys[0], keys[1] ? " " : "", keys[1] ? keys[1] : "");
+    rig_close (&r);
+  }
 
   uint8_t ms6[6] = { 0x1a, 0x08, 0x08, 0, 255, 0 };
   ok (run (&t, ms6, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
@@ -504,6 +519,7 @@ test_modes (void)
   s4k_scsi_params_init (&p2, &g, 1 << 20, "other");
   ok (strcmp (p.serial, p2.serial) != 0 && p.naa_id != p2.naa_id &&
       strlen (p.serial) == 16, "serial and NAA id differ by export name");
+  ok (p.rotation_rate == 1, "s4k_scsi_params_init: non-rotating");
   g.physical = 32u << 20;
   s4k_scsi_params_init (&p, &g, 1 << 20, NULL);
   ok (s4k_scsi_lun_new (&p, err, sizeof err) == NULL &&

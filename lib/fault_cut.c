@@ -1,0 +1,229 @@
+/* The fault layer's power cut: every dirty sector's outcome from the
+ * seeded PRNG (kept, reverted, or the torn= policy's interrupted write),
+ * the cut report, and the run-time calls that cut and count cuts. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fault_priv.h"
+
+/* xorshift64*: small, and the same outcomes for the same seed. */
+static uint64_t
+prng_next (struct s4k_fault *f)
+{
+  uint64_t x = f->prng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  f->prng = x;
+  return x * 0x2545F4914F6CDD1DULL;
+}
+
+static unsigned
+prng_below (struct s4k_fault *f, unsigned n)
+{
+  return (prng_next (f) >> 32) % n;
+}
+
+/* ---- power cut --------------------------------------------------------- */
+
+const char *const torn_names[] =
+  { "none", "sector", "unreadable", "garbage", "zero" };
+
+/* Gives every dirty sector its outcome, oldest first, and reports it.
+ * Called with the mutex held. */
+int
+cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
+            char **report)
+{
+  const uint32_t L = f->g.logical;
+  char *rep = NULL;
+  size_t replen = 0;
+  FILE *fp = open_memstream (&rep, &replen);
+  char *old = malloc (f->g.physical);
+  int r = 0;
+  enum { KEPT, REVERTED, TORN, UNREADABLE, GARBAGE, ZEROED, OUTCOMES };
+  unsigned counts[OUTCOMES] = { 0 };
+  static const char *const outcome_names[OUTCOMES] =
+    { "kept", "reverted", "torn", "unreadable", "garbage", "zeroed" };
+
+  if (!fp || !old) {
+    if (fp)
+      fclose (fp);
+    free (rep);
+    free (old);
+    return -ENOMEM;
+  }
+  const unsigned cut = atomic_load (&f->cuts) + 1;
+  fprintf (fp, "{\"schema\": \"sect4k-cut/1\", \"cut\": %u, \"trigger\": "
+           "\"%s\", \"torn\": \"%s\", \"seed\": %" PRIu64 ",\n"
+           " \"geometry\": {\"size\": %" PRIu64 ", \"logical\": %" PRIu32
+           ", \"physical\": %" PRIu32 ", \"alignment_offset\": %" PRIu32
+           "},\n \"sectors\": [", cut, trigger, torn_names[torn], f->seed,
+           f->g.size, L, f->g.physical, f->g.alignment);
+  const char *sep = "";
+  while (f->oldest) {
+    struct entry *e = f->oldest;
+    uint64_t s, end;
+    s4k_sector_range (&f->g, e->k, &s, &end);
+    const unsigned lbas = (end - s) / L;
+    /* Torn needs two logical sectors; garbage and zeroed do not. */
+    unsigned o = torn == S4K_TORN_NONE ? REVERTED
+                 : prng_below (f, lbas > 1 || torn >= S4K_TORN_GARBAGE
+                                  ? 3 : 2);
+    uint64_t mask = 0;                  /* bit i: logical sector i is new */
+    uint64_t stop = 0;                  /* garbage: the first random byte */
+    if (o == TORN && torn == S4K_TORN_GARBAGE) {
+      o = GARBAGE;
+      stop = prng_next (f) % (end - s);
+    }
+    else if (o == TORN && torn == S4K_TORN_ZERO)
+      o = ZEROED;
+    else if (o == TORN) {
+      /* A mix: at least one old and one new logical sector. */
+      for (unsigned i = 0; i < lbas && i < 64; i++)
+        mask |= (prng_next (f) >> 63) << i;
+      const uint64_t all = lbas >= 64 ? UINT64_MAX : (1ULL << lbas) - 1;
+      if ((mask & all) == 0 || (mask & all) == all)
+        mask ^= 1ULL << prng_below (f, lbas < 64 ? lbas : 64);
+      mask &= all;
+      if (torn == S4K_TORN_UNREADABLE)
+        o = UNREADABLE;
+    }
+    fprintf (fp, "%s\n  {\"sector\": %" PRIu64 ", \"lba\": %" PRIu64
+             ", \"lbas\": %u, \"outcome\": \"%s\"", sep, e->k, s / L, lbas,
+             outcome_names[o]);
+    sep = ",";
+    if (o == GARBAGE)
+      fprintf (fp, ", \"garbage_from\": %" PRIu64 ", \"garbage_lba\": %"
+               PRIu64, s + stop, (s + stop) / L);
+    if (o == TORN || o == UNREADABLE) {
+      fprintf (fp, ", \"new_lbas\": [");
+      const char *sep2 = "";
+      for (unsigned i = 0; i < lbas; i++)
+        if (i < 64 && (mask >> i & 1)) {
+          fprintf (fp, "%s%" PRIu64, sep2, s / L + i);
+          sep2 = ", ";
+        }
+      fprintf (fp, "]");
+    }
+    fprintf (fp, "}");
+    counts[o]++;
+    const struct s4k_io io = { old, end - s, s };
+    if (o == TORN || o == UNREADABLE) {
+      /* Logical sectors beyond 64 keep their old contents. */
+      if ((r = f->inner->ops->read (f->inner, &io, 1)) == 0) {
+        for (unsigned i = 0; i < lbas && i < 64; i++)
+          if (mask >> i & 1)
+            memcpy (old + (uint64_t) i * L, e->data + (uint64_t) i * L, L);
+        r = f->inner->ops->write (f->inner, &io, 1, false);
+      }
+      if (r == 0 && o == UNREADABLE)
+        r = bad_add (&f->bad, e->k, e->k);
+    }
+    else if (o == GARBAGE || o == ZEROED) {
+      /* What the interrupted write left, read back without an error. */
+      if (o == GARBAGE) {
+        memcpy (old, e->data, stop);
+        for (uint64_t i = stop; i < end - s; i += 8) {
+          const uint64_t x = prng_next (f);
+          memcpy (old + i, &x, end - s - i < 8 ? end - s - i : 8);
+        }
+      }
+      else
+        memset (old, 0, end - s);
+      r = f->inner->ops->write (f->inner, &io, 1, false);
+    }
+    const uint64_t k = e->k;    /* destage and drop free e */
+    if (o == KEPT)
+      r = destage (f, e);
+    else
+      drop (f, e);
+    /* Written whole, and it reads back without an error. */
+    if (r == 0 && f->bad.n && (o == KEPT || o == GARBAGE || o == ZEROED))
+      r = bad_remove (&f->bad, k, k) < 0 ? -ENOMEM : 0;
+    if (r)
+      break;
+  }
+  fprintf (fp, "\n ],\n \"outcomes\": {");
+  for (unsigned i = 0; i < OUTCOMES; i++)
+    fprintf (fp, "%s\"%s\": %u", i ? ", " : "", outcome_names[i], counts[i]);
+  fprintf (fp, "}}\n");
+  /* Whatever failed, the power is off: nothing unflushed survives. */
+  while (f->oldest)
+    drop (f, f->oldest);
+  if (r == 0)
+    r = f->inner->ops->flush (f->inner);
+  atomic_fetch_add (&f->cuts, 1);
+  free (old);
+  if (fclose (fp) != 0 && r == 0)
+    r = -ENOMEM;
+  if (f->cfg.cut_report) {
+    /* Atomically, as statsfile=: a reader never sees half a report. */
+    size_t n = strlen (f->cfg.cut_report) + 32;
+    char *tmp = malloc (n);
+    FILE *out = NULL;
+    if (tmp) {
+      snprintf (tmp, n, "%s.tmp.%ld", f->cfg.cut_report, (long) getpid ());
+      out = fopen (tmp, "w");
+    }
+    if (!out || fwrite (rep, 1, replen, out) != replen ||
+        fclose (out) != 0 || rename (tmp, f->cfg.cut_report) != 0)
+      fprintf (stderr, "sect4k: cut-report=%s: %s\n", f->cfg.cut_report,
+               s4k_strerror (errno));
+    free (tmp);
+  }
+  if (report)
+    *report = rep;
+  else
+    free (rep);
+  return r;
+}
+
+void
+after_cut (struct s4k_fault *f)
+{
+  if (f->on_cut)
+    f->on_cut (f->on_cut_opaque);
+}
+
+/* ---- run time ---------------------------------------------------------- */
+
+int
+s4k_dev_power_cut (struct s4k_dev *d, int torn, char **report)
+{
+  struct s4k_fault *f = dev_fault (d);
+  if (report)
+    *report = NULL;
+  if (!f)
+    return -ENOTSUP;
+  pthread_mutex_lock (&f->m);
+  int r = cut_locked (f, torn < 0 ? f->cfg.torn : (enum s4k_torn) torn,
+                      "control", report);
+  pthread_mutex_unlock (&f->m);
+  after_cut (f);
+  return r;
+}
+
+unsigned
+s4k_dev_power_cuts (const struct s4k_dev *d)
+{
+  struct s4k_fault *f = dev_fault (d);
+  return f ? atomic_load (&f->cuts) : 0;
+}
+
+void
+s4k_dev_on_power_cut (struct s4k_dev *d, void (*fn) (void *opaque),
+                      void *opaque)
+{
+  struct s4k_fault *f = dev_fault (d);
+  if (f) {
+    f->on_cut = fn;
+    f->on_cut_opaque = opaque;
+  }
+}

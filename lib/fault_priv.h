@@ -1,0 +1,108 @@
+/* The fault layer's private parts, shared by its files:
+ *   fault.c        the layer as a store: its operations, the connection
+ *                  epoch, setting it up, its status;
+ *   fault_bad.c    bad sectors: the set of runs, repairs, the run-time
+ *                  calls that change and list it;
+ *   fault_cache.c  the write cache: dirty sectors, staging, reading
+ *                  through, destaging, writing back;
+ *   fault_cut.c    the power cut: outcomes, the cut report, the run-time
+ *                  calls.
+ * The layer's mutex (m) serializes them: what is declared here runs with
+ * it held (or before the layer is shared), except after_cut and
+ * sector_of. */
+#ifndef S4K_FAULT_PRIV_H
+#define S4K_FAULT_PRIV_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fault.h"
+
+/* ---- bad sectors: sorted, disjoint, non-adjacent runs of sectors ------ */
+
+struct run {
+  uint64_t first, last;
+};
+
+struct badset {
+  struct run *r;
+  size_t n, cap;
+};
+
+/* A dirty physical sector: its new contents, not yet durable. */
+struct entry {
+  uint64_t k;
+  struct entry *hnext;                  /* hash chain */
+  struct entry *prev, *next;            /* oldest first */
+  char data[];
+};
+
+struct s4k_fault {
+  struct s4k_store base;
+  struct s4k_store *inner;
+  char info[640];                       /* the inner store's line, and
+                                           what the layer changes */
+  struct s4k_geometry g;
+  struct s4k_fault_config cfg;
+  pthread_mutex_t m;
+  struct badset bad;
+  struct entry **bucket;
+  unsigned bucket_bits;
+  struct entry *oldest, *newest;
+  uint64_t dirty_bytes, dirty_sectors;
+  uint64_t writes;                      /* store writes, for power-cut-after */
+  uint64_t prng;
+  uint64_t seed;
+  _Atomic unsigned cuts;
+  void (*on_cut) (void *opaque);
+  void *on_cut_opaque;
+  struct control *control;
+};
+
+static inline uint64_t
+sector_of (const struct s4k_fault *f, uint64_t off)
+{
+  return s4k_sector_index (&f->g, off);
+}
+
+/* ---- fault_bad.c ------------------------------------------------------- */
+
+bool bad_any (const struct badset *b, uint64_t first, uint64_t last);
+int bad_add (struct badset *b, uint64_t first, uint64_t last);
+/* Returns how many sectors were bad, or -ENOMEM. */
+int64_t bad_remove (struct badset *b, uint64_t first, uint64_t last);
+/* A write of [off, off+len) made its bad sectors good again; counts them
+ * for the statistics. */
+int clear_bad (struct s4k_fault *f, uint64_t len, uint64_t off);
+
+/* ---- fault_cache.c ----------------------------------------------------- */
+
+/* The dirty sector k, or NULL. */
+struct entry *lookup (struct s4k_fault *f, uint64_t k);
+/* Forgets a dirty sector (and frees it). */
+void drop (struct s4k_fault *f, struct entry *e);
+/* Drops the dirty sectors in [off, off+len) (whole sectors). */
+void drop_range (struct s4k_fault *f, uint64_t len, uint64_t off);
+/* Puts a piece's sectors in the table as dirty. */
+int stage (struct s4k_fault *f, const struct s4k_io *io);
+/* Makes a dirty sector durable. */
+int destage (struct s4k_fault *f, struct entry *e);
+/* Dirty sectors from the cache, runs of the others from the store. */
+int read_cached (struct s4k_fault *f, const struct s4k_io *io, unsigned n);
+/* Writes the whole cache back, then flushes the store. */
+int flush_locked (struct s4k_fault *f);
+
+/* ---- fault_cut.c ------------------------------------------------------- */
+
+/* The torn= policies' names, by enum s4k_torn. */
+extern const char *const torn_names[];
+/* Gives every dirty sector its outcome, oldest first, and reports it
+ * (*report, if report is not NULL). */
+int cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
+                char **report);
+/* After a cut, without the mutex: the device's on-cut callback. */
+void after_cut (struct s4k_fault *f);
+
+#endif

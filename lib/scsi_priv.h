@@ -1,0 +1,142 @@
+/* The SCSI command layer's private parts, shared by its files:
+ *   scsi.c        the LUN, the command table and REPORT SUPPORTED
+ *                 OPERATION CODES, s4k_scsi_exec / s4k_scsi_done;
+ *   scsi_spc.c    primary commands: INQUIRY and its VPD pages, REQUEST
+ *                 SENSE, TEST UNIT READY, MODE SENSE / MODE SELECT;
+ *   scsi_sbc.c    block commands: START STOP UNIT, READ CAPACITY, READ,
+ *                 WRITE, SYNCHRONIZE CACHE, WRITE SAME, UNMAP, VERIFY;
+ *   scsi_sense.c  sense data: building it, the sense for an engine
+ *                 error, parsing and naming it. */
+#ifndef S4K_SCSI_PRIV_H
+#define S4K_SCSI_PRIV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sect4k/scsi.h"
+
+/* ---- big-endian fields ------------------------------------------------- */
+
+static inline uint16_t get16 (const uint8_t *p) { return (uint16_t) (p[0] << 8 | p[1]); }
+static inline uint32_t get32 (const uint8_t *p) { return (uint32_t) get16 (p) << 16 | get16 (p + 2); }
+static inline uint64_t get64 (const uint8_t *p) { return (uint64_t) get32 (p) << 32 | get32 (p + 4); }
+static inline void put16 (uint8_t *p, uint16_t v) { p[0] = v >> 8; p[1] = v; }
+static inline void put32 (uint8_t *p, uint32_t v) { put16 (p, v >> 16); put16 (p + 2, v); }
+static inline void put64 (uint8_t *p, uint64_t v) { put32 (p, v >> 32); put32 (p + 4, v); }
+
+/* ---- additional sense codes the layer reports ------------------------- */
+
+#define ASC(asc, ascq) ((uint16_t) ((asc) << 8 | (ascq)))
+enum {
+  NO_ADDITIONAL_SENSE = ASC (0x00, 0x00),
+  LUN_NOT_READY = ASC (0x04, 0x00),
+  LUN_COMMUNICATION_FAILURE = ASC (0x08, 0x00),
+  WRITE_ERROR = ASC (0x0c, 0x00),
+  UNRECOVERED_READ_ERROR = ASC (0x11, 0x00),
+  PARAMETER_LIST_LENGTH_ERROR = ASC (0x1a, 0x00),
+  MISCOMPARE_DURING_VERIFY = ASC (0x1d, 0x00),
+  INVALID_COMMAND_OPERATION_CODE = ASC (0x20, 0x00),
+  LBA_OUT_OF_RANGE = ASC (0x21, 0x00),
+  INVALID_FIELD_IN_CDB = ASC (0x24, 0x00),
+  INVALID_FIELD_IN_PARAMETER_LIST = ASC (0x26, 0x00),
+  WRITE_PROTECTED = ASC (0x27, 0x00),
+  SPACE_ALLOCATION_FAILED = ASC (0x27, 0x07),
+  POWER_ON_RESET = ASC (0x29, 0x00),
+  POWER_ON_OCCURRED = ASC (0x29, 0x01),
+  SAVING_PARAMETERS_NOT_SUPPORTED = ASC (0x39, 0x00),
+  INTERNAL_TARGET_FAILURE = ASC (0x44, 0x00),
+  INSUFFICIENT_RESOURCES = ASC (0x55, 0x03),
+};
+
+/* ---- the LUN ------------------------------------------------------------ */
+
+struct s4k_scsi_lun {
+  struct s4k_scsi_params p;
+  uint64_t blocks;              /* logical blocks on the device */
+  unsigned lshift;              /* log2 (L) */
+  unsigned cuts;                /* power-cut count last seen */
+  uint16_t ua;                  /* pending UNIT ATTENTION (asc/ascq), or 0 */
+};
+
+/* ---- sense ---------------------------------------------------------------- */
+
+/* Field pointers (SPC-5 4.4.2.4.2): in the CDB or the parameter list. */
+enum { NO_FIELD = -1 };
+struct field {
+  int byte;                     /* NO_FIELD: none */
+  int bit;                      /* -1: the whole byte */
+  bool cdb;
+};
+#define CDB_FIELD(b, bit) ((struct field) { (b), (bit), true })
+#define PARAM_FIELD(b, bit) ((struct field) { (b), (bit), false })
+#define NO_FIELD_PTR ((struct field) { NO_FIELD, -1, true })
+
+/* ---- the commands --------------------------------------------------------- */
+
+struct ctx {
+  struct s4k_scsi_lun *lun;
+  struct s4k_scsi_cmd *cmd;
+  const uint8_t *cdb;
+  uint8_t *data;
+  size_t data_len;
+};
+
+typedef unsigned handler (struct ctx *x);
+
+/* What s4k_scsi_done finishes once the ops ran (cmd->priv.kind). */
+enum { KIND_PLAIN, KIND_READ, KIND_VERIFY };
+
+struct command {
+  uint8_t opcode;
+  int16_t sa;                   /* service action, or -1 */
+  uint8_t len;                  /* CDB length */
+  bool ua_exempt;               /* runs with a UNIT ATTENTION pending */
+  const char *name;
+  handler *fn;
+  uint8_t usage[16];            /* CDB usage data: the bits interpreted */
+};
+
+/* ---- scsi.c --------------------------------------------------------------- */
+
+/* Data-in of a command that completes here: n bytes of buf, cut to the
+ * allocation length and to the caller's buffer. */
+unsigned data_in (struct ctx *x, const void *buf, size_t n, uint64_t alloc);
+/* Operations the command owns: its inline pair, else an array. */
+struct s4k_scsi_op *ops_alloc (struct s4k_scsi_cmd *cmd, size_t n);
+/* The command becomes one op. */
+unsigned one_op (struct s4k_scsi_cmd *cmd, enum s4k_scsi_op_kind kind,
+                 void *buf, uint64_t len, uint64_t off, unsigned flags);
+
+/* ---- scsi_sense.c: the command fails (CHECK CONDITION) or succeeds -------- */
+
+unsigned fail_info (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc,
+                    bool info_valid, uint64_t info, struct field f);
+unsigned fail (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc);
+/* ILLEGAL REQUEST, INVALID FIELD IN CDB / IN PARAMETER LIST, pointing at
+ * byte (and bit, or -1: the whole byte). */
+unsigned bad_cdb (struct s4k_scsi_cmd *cmd, int byte, int bit);
+unsigned bad_param (struct s4k_scsi_cmd *cmd, int byte, int bit);
+unsigned out_of_range (struct s4k_scsi_cmd *cmd);
+unsigned good (struct s4k_scsi_cmd *cmd);
+/* ABORTED COMMAND, INSUFFICIENT RESOURCES. */
+unsigned no_memory (struct s4k_scsi_cmd *cmd);
+/* The sense for result r of op (a command whose ops began at LBA
+ * cmd->priv.lba). */
+unsigned map_error (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
+                    const struct s4k_scsi_op *op, int r);
+
+/* ---- the commands: scsi_spc.c, scsi_sbc.c --------------------------------- */
+
+handler cmd_inquiry, cmd_request_sense, cmd_test_unit_ready,
+        cmd_mode_sense6, cmd_mode_sense10, cmd_mode_select6,
+        cmd_mode_select10;
+handler cmd_start_stop_unit, cmd_read_capacity10, cmd_read_capacity16,
+        cmd_rw6, cmd_rw10, cmd_rw12, cmd_rw16, cmd_sync10, cmd_sync16,
+        cmd_write_same10, cmd_write_same16, cmd_unmap, cmd_verify10,
+        cmd_verify16;
+/* VERIFY with BYTCHK, once its reads ran: the medium against the
+ * data-out. */
+unsigned verify_compare (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd);
+
+#endif
