@@ -21,7 +21,7 @@
 
 #define SUPER_BYTES 28u          /* magic, version, nr_entries, sectorsize */
 #define ENTRY_BYTES 32u          /* sector, nr_sectors, flags, data_len */
-#define GEOMETRY_PREFIX "sect4k-geometry "
+#define GEOMETRY_PREFIX S4K_WLOG_GEOMETRY_PREFIX
 #define KNOWN_FLAGS (S4K_WLOG_FLUSH | S4K_WLOG_FUA | S4K_WLOG_DISCARD |     \
                      S4K_WLOG_MARK | S4K_WLOG_METADATA | S4K_WLOG_ZERO |    \
                      S4K_WLOG_GEOMETRY)
@@ -177,9 +177,10 @@ s4k_wlog_create (struct s4k_wlog **out, const char *path,
             " export=%s", g->size, g->logical, g->physical, g->alignment,
             export_name ? export_name : "");
   int r = write_super (w);
+  /* A plain mark: replay-log takes an entry with a name only when its
+   * flags are exactly MARK. */
   if (r == 0)
-    r = append_locked (w, S4K_WLOG_MARK | S4K_WLOG_GEOMETRY, 0, 0, NULL,
-                       name);
+    r = append_locked (w, S4K_WLOG_MARK, 0, 0, NULL, name);
   if (r) {
     snprintf (err, errlen, "write-log=%s: cannot write the log: %s", path,
               s4k_strerror (w->failed ? -w->failed : -r));
@@ -381,10 +382,7 @@ s4k_wlog_open (struct s4k_wlog_reader **out, const char *path,
   int n = s4k_wlog_next (r, &e, err, errlen);
   if (n == -1)
     goto fail;
-  if (n == 1 &&
-      (e.flags & (S4K_WLOG_MARK | S4K_WLOG_GEOMETRY)) ==
-      (S4K_WLOG_MARK | S4K_WLOG_GEOMETRY) &&
-      !parse_geometry (e.mark, &r->info)) {
+  if (n == 1 && e.geometry && !parse_geometry (e.mark, &r->info)) {
     snprintf (err, errlen, "%s: entry 0 at byte %" PRIu64 ": a geometry "
               "entry that does not parse: \"%s\"", path, e.pos, e.mark);
     goto fail;
@@ -452,6 +450,12 @@ s4k_wlog_next (struct s4k_wlog_reader *r, struct s4k_wlog_entry *e,
     memcpy (r->mark, h + ENTRY_BYTES, e->data_len);
     r->mark[e->data_len] = '\0';
     e->mark = r->mark;
+    /* Ours is the first entry: a plain mark with our prefix, or (logs
+     * written before) the private bit. */
+    e->geometry = e->index == 0 &&
+                  (e->flags & S4K_WLOG_GEOMETRY ||
+                   strncmp (e->mark, GEOMETRY_PREFIX,
+                            strlen (GEOMETRY_PREFIX)) == 0);
   } else {
     e->off = e->sector * ss;
     e->len = e->nr_sectors * ss;
