@@ -18,11 +18,11 @@
 #define S4K_WLOG_MAGIC   0x6a736677736872ULL
 #define S4K_WLOG_VERSION 1u
 /* Entry sector and nr_sectors count units of the super block's
- * sectorsize (the kernel's: the logical block size of the device it
- * logs).  sect4k writes sectorsize 512 whatever the device's logical size
- * (that is in the geometry entry), so that any request down to 512 bytes
- * has an entry.  Readers should use the byte fields off and len. */
-#define S4K_WLOG_SECTOR  512u
+ * sectorsize, the logical sector size of the device logged (the kernel's
+ * too), and each entry's header takes one such sector.  Every entry
+ * sect4k writes is whole logical sectors: what the device holds there
+ * after the request (strict=false: with the bytes an unaligned request
+ * left alone).  Readers should use the byte fields off and len. */
 
 /* Entry flags: Linux's ... */
 #define S4K_WLOG_FLUSH    (1u << 0)   /* all entries before it had completed
@@ -112,14 +112,16 @@ void s4k_wlog_rewind (struct s4k_wlog_reader *r);
 struct s4k_wlog;
 
 /* Creates (truncates) the log at path for a device of geometry g and
- * export name (NULL: unnamed), writing the super block and the geometry
- * entry.  0, or -1 with err "write-log=PATH: ...". */
+ * export name (NULL: unnamed), writing the super block (sectorsize
+ * g->logical) and the geometry entry.  0, or -1 with err
+ * "write-log=PATH: ...". */
 int s4k_wlog_create (struct s4k_wlog **out, const char *path,
                      const struct s4k_geometry *g, const char *export_name,
                      char *err, size_t errlen);
 /* Appends one entry (thread-safe; entries are serialized in call order).
- * off and len in bytes, multiples of 512; data: len bytes, or NULL for a
- * write of zeroes (ZERO) or a trim (DISCARD).  0 or -errno. */
+ * off and len in bytes, multiples of the logical sector size (else
+ * -EINVAL); data: len bytes, or NULL for a write of zeroes (ZERO) or a
+ * trim (DISCARD).  0 or -errno. */
 int s4k_wlog_append (struct s4k_wlog *w, uint64_t flags, uint64_t off,
                      uint64_t len, const void *data);
 /* A flush entry, then the super block's count. */

@@ -93,7 +93,7 @@ main (void)
   ok (s4k_wlog_mark (w, "after-flush") == 0, "a mark");
   ok (s4k_wlog_mark (w, "") == -EINVAL, "an empty mark is refused");
   ok (s4k_wlog_append (w, 0, 100, 512, a) == -EINVAL,
-      "an entry off 512-byte sectors is refused");
+      "an entry off logical sectors is refused");
   ok (s4k_wlog_append (w, S4K_WLOG_ZERO, 0, 4096, NULL) == 0,
       "a trailing zero (a hole at the end of the file)");
   is_u64 (s4k_wlog_entries (w), 8, "entries counted, geometry included");
@@ -254,6 +254,28 @@ main (void)
     s4k_wlog_close (r);
   else
     diag ("%s", err);
+
+  /* 4Kn: the log's unit is the device's logical sector, as the kernel's
+   * sectorsize is its device's logical block size. */
+  struct s4k_geometry g4 = { 1 << 20, 4096, 4096, 0 };
+  if (s4k_wlog_create (&w, path, &g4, NULL, err, sizeof err))
+    bail ("%s", err);
+  ok (s4k_wlog_append (w, 0, 4096, 512, a) == -EINVAL &&
+      s4k_wlog_append (w, 0, 512, 4096, a) == -EINVAL,
+      "4Kn: an entry off 4096-byte sectors is refused");
+  ok (s4k_wlog_append (w, S4K_WLOG_FUA, 8192, 4096, a) == 0, "4Kn: a write");
+  ok (s4k_wlog_free (w) == 0, "4Kn: closed");
+  is_u64 (file_size (), 4096 + 4096 + 4096 + 4096,
+          "4Kn: super block, geometry, header and data: a sector each");
+  if (s4k_wlog_open (&r, path, 0, err, sizeof err))
+    bail ("%s", err);
+  ok (s4k_wlog_sectorsize (r) == 4096 &&
+      s4k_wlog_next (r, &e, err, sizeof err) == 1 && e.geometry &&
+      s4k_wlog_next (r, &e, err, sizeof err) == 1 && e.sector == 2 &&
+      e.nr_sectors == 1 && e.off == 8192 && e.len == 4096 &&
+      memcmp (e.data, a, 4096) == 0,
+      "4Kn: sectorsize 4096, the write at sector 2 of 4096 bytes");
+  s4k_wlog_close (r);
 
   truncate_to (10);
   ok (s4k_wlog_open (&r, path, 0, err, sizeof err) == -1 &&
