@@ -705,10 +705,11 @@ cut_bytes (struct s4k_dev *d, const struct request *q, uint64_t pos,
   return r;
 }
 
-/* The entry of a write, zero or trim that completed: the range the
- * request changed, widened to 512-byte sectors with the bytes around it
- * as they now stand (only a request off 512-byte sectors, strict=false,
- * needs that); a trim: the whole sectors it freed. */
+/* The entry of a write, zero or trim that completed: what the device
+ * holds in the logical sectors the request changed (only a request off
+ * logical sectors, strict=false, has bytes around it to add: as they now
+ * stand, after the RMW); a trim: the whole sectors it freed.  Logical
+ * sectors are the log's unit (its sectorsize), as in dm-log-writes. */
 static __attribute__ ((noinline, cold)) int
 wlog_request (struct s4k_dev *d, const struct request *q)
 {
@@ -717,10 +718,9 @@ wlog_request (struct s4k_dev *d, const struct request *q)
     return s4k_wlog_append (d->wlog, S4K_WLOG_DISCARD | fua, q->s.mid_start,
                             q->s.mid_end - q->s.mid_start, NULL);
   const uint64_t flags = fua | (q->op == S4K_OP_ZERO ? S4K_WLOG_ZERO : 0);
+  const uint64_t lmask = d->g.logical - 1;
   const uint64_t off = q->off, end = off + q->len;
-  const uint64_t start = off & ~(uint64_t) (S4K_WLOG_SECTOR - 1);
-  const uint64_t stop = (end + S4K_WLOG_SECTOR - 1) &
-                        ~(uint64_t) (S4K_WLOG_SECTOR - 1);
+  const uint64_t start = off & ~lmask, stop = (end + lmask) & ~lmask;
   if (start == off && stop == end)
     return s4k_wlog_append (d->wlog, flags, off, q->len, q->buf);
   char *buf = calloc (1, stop - start);

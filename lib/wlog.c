@@ -21,7 +21,7 @@
 
 #define SUPER_BYTES 28u          /* magic, version, nr_entries, sectorsize */
 #define ENTRY_BYTES 32u          /* sector, nr_sectors, flags, data_len */
-#define GEOMETRY_PREFIX "sect4k-geometry "
+#define GEOMETRY_PREFIX S4K_WLOG_GEOMETRY_PREFIX
 #define KNOWN_FLAGS (S4K_WLOG_FLUSH | S4K_WLOG_FUA | S4K_WLOG_DISCARD |     \
                      S4K_WLOG_MARK | S4K_WLOG_METADATA | S4K_WLOG_ZERO |    \
                      S4K_WLOG_GEOMETRY)
@@ -53,7 +53,9 @@ struct s4k_wlog {
                                    left as a hole, so the file may end
                                    before pos */
   int failed;                   /* -errno of the first failure, then 0 */
-  unsigned char block[S4K_WLOG_SECTOR];   /* the header being written */
+  uint32_t ss;                  /* the super block's sectorsize: the
+                                   device's logical sector size */
+  unsigned char *block;         /* ss bytes: the header being written */
 };
 
 /* Writes all of iov at off; 0 or -errno. */
@@ -106,13 +108,14 @@ write_super (struct s4k_wlog *w)
       return -errno;
     w->file_end = w->pos;
   }
-  unsigned char super[S4K_WLOG_SECTOR] = { 0 };
+  unsigned char *super = w->block;      /* free between entries */
+  memset (super, 0, w->ss);
   put64 (super, S4K_WLOG_MAGIC);
   put64 (super + 8, S4K_WLOG_VERSION);
   put64 (super + 16, w->entries);
-  uint32_t ss = htole32 (S4K_WLOG_SECTOR);
+  uint32_t ss = htole32 (w->ss);
   memcpy (super + 24, &ss, 4);
-  struct iovec iov = { super, sizeof super };
+  struct iovec iov = { super, w->ss };
   return pwritev_all (w->fd, &iov, 1, 0);
 }
 
@@ -125,21 +128,21 @@ append_locked (struct s4k_wlog *w, uint64_t flags, uint64_t off, uint64_t len,
   if (w->failed)
     return -EIO;
   size_t mark_len = mark ? strlen (mark) : 0;
-  memset (w->block, 0, sizeof w->block);
-  put64 (w->block, off / S4K_WLOG_SECTOR);
-  put64 (w->block + 8, len / S4K_WLOG_SECTOR);
+  memset (w->block, 0, w->ss);
+  put64 (w->block, off / w->ss);
+  put64 (w->block + 8, len / w->ss);
   put64 (w->block + 16, flags);
   put64 (w->block + 24, mark_len);
   if (mark_len)
     memcpy (w->block + ENTRY_BYTES, mark, mark_len);
-  struct iovec iov[2] = { { w->block, sizeof w->block },
+  struct iovec iov[2] = { { w->block, w->ss },
                           { (void *) data, len } };
   const bool trim = flags & S4K_WLOG_DISCARD;
   int r = pwritev_all (w->fd, iov, data ? 2 : 1, w->pos);
   if (r)
     return fail (w, r);
-  uint64_t end = w->pos + sizeof w->block + (trim ? 0 : len);
-  w->file_end = data || trim ? end : w->pos + sizeof w->block;
+  uint64_t end = w->pos + w->ss + (trim ? 0 : len);
+  w->file_end = data || trim ? end : w->pos + w->ss;
   w->pos = end;
   w->entries++;
   /* As the kernel does after FUA and mark entries, and after flushes:
@@ -156,7 +159,10 @@ s4k_wlog_create (struct s4k_wlog **out, const char *path,
                  char *err, size_t errlen)
 {
   struct s4k_wlog *w = calloc (1, sizeof *w);
-  if (!w || !(w->path = strdup (path))) {
+  if (!w || !(w->path = strdup (path)) ||
+      !(w->block = malloc (w->ss = g->logical))) {
+    if (w)
+      free (w->path);
     free (w);
     snprintf (err, errlen, "write-log=%s: out of memory", path);
     return -1;
@@ -165,26 +171,31 @@ s4k_wlog_create (struct s4k_wlog **out, const char *path,
   if (w->fd == -1) {
     snprintf (err, errlen, "write-log=%s: cannot create the log: %s", path,
               s4k_strerror (errno));
+    free (w->block);
     free (w->path);
     free (w);
     return -1;
   }
   pthread_mutex_init (&w->mu, NULL);
-  w->pos = w->file_end = S4K_WLOG_SECTOR;
-  char name[S4K_WLOG_SECTOR - ENTRY_BYTES];
+  w->pos = w->file_end = w->ss;
+  char name[512 - ENTRY_BYTES];         /* fits the smallest sector, with
+                                           the NUL after it replay-log
+                                           needs */
   snprintf (name, sizeof name, GEOMETRY_PREFIX "size=%" PRIu64
             " logical=%" PRIu32 " physical=%" PRIu32 " alignment=%" PRIu32
             " export=%s", g->size, g->logical, g->physical, g->alignment,
             export_name ? export_name : "");
   int r = write_super (w);
+  /* A plain mark: replay-log takes an entry with a name only when its
+   * flags are exactly MARK. */
   if (r == 0)
-    r = append_locked (w, S4K_WLOG_MARK | S4K_WLOG_GEOMETRY, 0, 0, NULL,
-                       name);
+    r = append_locked (w, S4K_WLOG_MARK, 0, 0, NULL, name);
   if (r) {
     snprintf (err, errlen, "write-log=%s: cannot write the log: %s", path,
               s4k_strerror (w->failed ? -w->failed : -r));
     close (w->fd);
     pthread_mutex_destroy (&w->mu);
+    free (w->block);
     free (w->path);
     free (w);
     return -1;
@@ -197,7 +208,7 @@ int
 s4k_wlog_append (struct s4k_wlog *w, uint64_t flags, uint64_t off,
                  uint64_t len, const void *data)
 {
-  if ((off | len) & (S4K_WLOG_SECTOR - 1))
+  if ((off | len) & (w->ss - 1))
     return -EINVAL;
   pthread_mutex_lock (&w->mu);
   int r = append_locked (w, flags, off, len, data, NULL);
@@ -247,6 +258,7 @@ s4k_wlog_free (struct s4k_wlog *w)
   if (close (w->fd) == -1 && r == 0)
     r = -errno;
   pthread_mutex_destroy (&w->mu);
+  free (w->block);
   free (w->path);
   free (w);
   return r;
@@ -381,10 +393,7 @@ s4k_wlog_open (struct s4k_wlog_reader **out, const char *path,
   int n = s4k_wlog_next (r, &e, err, errlen);
   if (n == -1)
     goto fail;
-  if (n == 1 &&
-      (e.flags & (S4K_WLOG_MARK | S4K_WLOG_GEOMETRY)) ==
-      (S4K_WLOG_MARK | S4K_WLOG_GEOMETRY) &&
-      !parse_geometry (e.mark, &r->info)) {
+  if (n == 1 && e.geometry && !parse_geometry (e.mark, &r->info)) {
     snprintf (err, errlen, "%s: entry 0 at byte %" PRIu64 ": a geometry "
               "entry that does not parse: \"%s\"", path, e.pos, e.mark);
     goto fail;
@@ -452,6 +461,12 @@ s4k_wlog_next (struct s4k_wlog_reader *r, struct s4k_wlog_entry *e,
     memcpy (r->mark, h + ENTRY_BYTES, e->data_len);
     r->mark[e->data_len] = '\0';
     e->mark = r->mark;
+    /* Ours is the first entry: a plain mark with our prefix, or (logs
+     * written before) the private bit. */
+    e->geometry = e->index == 0 &&
+                  (e->flags & S4K_WLOG_GEOMETRY ||
+                   strncmp (e->mark, GEOMETRY_PREFIX,
+                            strlen (GEOMETRY_PREFIX)) == 0);
   } else {
     e->off = e->sector * ss;
     e->len = e->nr_sectors * ss;

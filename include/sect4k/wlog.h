@@ -18,11 +18,11 @@
 #define S4K_WLOG_MAGIC   0x6a736677736872ULL
 #define S4K_WLOG_VERSION 1u
 /* Entry sector and nr_sectors count units of the super block's
- * sectorsize (the kernel's: the logical block size of the device it
- * logs).  sect4k writes sectorsize 512 whatever the device's logical size
- * (that is in the geometry entry), so that any request down to 512 bytes
- * has an entry.  Readers should use the byte fields off and len. */
-#define S4K_WLOG_SECTOR  512u
+ * sectorsize, the logical sector size of the device logged (the kernel's
+ * too), and each entry's header takes one such sector.  Every entry
+ * sect4k writes is whole logical sectors: what the device holds there
+ * after the request (strict=false: with the bytes an unaligned request
+ * left alone).  Readers should use the byte fields off and len. */
 
 /* Entry flags: Linux's ... */
 #define S4K_WLOG_FLUSH    (1u << 0)   /* all entries before it had completed
@@ -33,13 +33,18 @@
 #define S4K_WLOG_MARK     (1u << 3)   /* a named mark: data is the name */
 #define S4K_WLOG_METADATA (1u << 4)   /* Linux: REQ_META; sect4k never sets
                                          it */
-/* ... and sect4k's, in bits Linux does not use (replay-log ignores them):
- * a zero request (NBD_CMD_WRITE_ZEROES), logged as a write of zeroes,
- * so a tool that knows nothing of the bit replays it right. */
+/* ... and sect4k's, in bits Linux does not use, only on entries without
+ * inline data (replay-log refuses any other flag on an entry with a
+ * name): a zero request (NBD_CMD_WRITE_ZEROES), logged as a write of
+ * zeroes, so a tool that knows nothing of the bit replays it right. */
 #define S4K_WLOG_ZERO     (1u << 16)
-/* With MARK: the device's geometry and export, the first entry of every
- * log sect4k writes (its name: docs/write-log.md). */
+/* Read, never written: with MARK, the geometry entry of logs written
+ * before it became a plain MARK (replay-log refused them). */
 #define S4K_WLOG_GEOMETRY (1u << 17)
+/* The first entry of every log sect4k writes: a plain MARK named
+ * "sect4k-geometry size=N logical=L physical=P alignment=A export=NAME"
+ * (docs/write-log.md). */
+#define S4K_WLOG_GEOMETRY_PREFIX "sect4k-geometry "
 
 /* ---- reader ----------------------------------------------------------- */
 
@@ -60,6 +65,8 @@ struct s4k_wlog_entry {
                             zeroes, a flush with data); NULL for a trim,
                             a flush without data and a mark */
   const char *mark;      /* MARK: the name, NUL-terminated; else NULL */
+  bool geometry;         /* the log's geometry entry (a mark that is no
+                            user's) */
   bool past_count;       /* after the super block's nr_entries: only with
                             S4K_WLOG_READ_TAIL (a writer that did not
                             close, e.g. killed) */
@@ -90,7 +97,7 @@ void s4k_wlog_close (struct s4k_wlog_reader *r);
 uint64_t s4k_wlog_nr_entries (const struct s4k_wlog_reader *r);
 uint32_t s4k_wlog_sectorsize (const struct s4k_wlog_reader *r);
 const struct s4k_wlog_info *s4k_wlog_info (const struct s4k_wlog_reader *r);
-/* The next entry (the geometry entry included: flags MARK|GEOMETRY).
+/* The next entry (the geometry entry included: e->geometry).
  * data stays valid until s4k_wlog_close (the log is mapped):
  * 1 and *e filled, 0 at the end, -1 with err "PATH: entry N at byte B:
  * ..." for a truncated or corrupt entry (its data past the end of the
@@ -105,14 +112,16 @@ void s4k_wlog_rewind (struct s4k_wlog_reader *r);
 struct s4k_wlog;
 
 /* Creates (truncates) the log at path for a device of geometry g and
- * export name (NULL: unnamed), writing the super block and the geometry
- * entry.  0, or -1 with err "write-log=PATH: ...". */
+ * export name (NULL: unnamed), writing the super block (sectorsize
+ * g->logical) and the geometry entry.  0, or -1 with err
+ * "write-log=PATH: ...". */
 int s4k_wlog_create (struct s4k_wlog **out, const char *path,
                      const struct s4k_geometry *g, const char *export_name,
                      char *err, size_t errlen);
 /* Appends one entry (thread-safe; entries are serialized in call order).
- * off and len in bytes, multiples of 512; data: len bytes, or NULL for a
- * write of zeroes (ZERO) or a trim (DISCARD).  0 or -errno. */
+ * off and len in bytes, multiples of the logical sector size (else
+ * -EINVAL); data: len bytes, or NULL for a write of zeroes (ZERO) or a
+ * trim (DISCARD).  0 or -errno. */
 int s4k_wlog_append (struct s4k_wlog *w, uint64_t flags, uint64_t off,
                      uint64_t len, const void *data);
 /* A flush entry, then the super block's count. */

@@ -139,7 +139,7 @@ add_cp (uint64_t before, size_t f, size_t nw)
 }
 
 static void
-add_write (const struct s4k_wlog_entry *e, bool zero, bool durable)
+add_write (const struct s4k_wlog_entry *e, bool trim, bool durable)
 {
   if (e->off % L || e->len % L)
     die ("%s: entry %" PRIu64 ": bytes [%" PRIu64 ", %" PRIu64 ") are not "
@@ -151,7 +151,7 @@ add_write (const struct s4k_wlog_entry *e, bool zero, bool durable)
          e->off, e->off + e->len, g.size);
   writes = xrealloc (writes, (nwrites + 1) * sizeof *writes);
   writes[nwrites++] = (struct wr) { e->index, e->off, e->len,
-                                    zero ? NULL : e->data, durable };
+                                    trim ? NULL : e->data, durable };
 }
 
 static struct s4k_wlog_reader *reader;
@@ -167,7 +167,7 @@ read_log (void)
   while ((r = s4k_wlog_next (reader, &e, err, sizeof err)) == 1) {
     log_entries = e.index + 1;
     if (e.flags & S4K_WLOG_MARK) {
-      if (until_mark && !(e.flags & S4K_WLOG_GEOMETRY) &&
+      if (until_mark && !e.geometry &&
           strcmp (e.mark, until_mark) == 0) {
         found_mark = true;
         break;
@@ -175,6 +175,9 @@ read_log (void)
       continue;
     }
     const bool zero = e.flags & (S4K_WLOG_DISCARD | S4K_WLOG_ZERO);
+    /* A zero's data is what the device holds: zeroes, and with
+     * strict=false the bytes beside an unaligned zero. */
+    const bool trim = e.flags & S4K_WLOG_DISCARD;
     if (e.flags & S4K_WLOG_FLUSH) {
       add_cp (e.index, f, nwrites);
       f = nwrites;
@@ -183,7 +186,7 @@ read_log (void)
       const bool durable = zero || (e.flags & S4K_WLOG_FUA);
       if (durable)
         add_cp (e.index, f, nwrites);
-      add_write (&e, zero, durable);
+      add_write (&e, trim, durable);
     }
   }
   if (r == -1)

@@ -7,19 +7,21 @@ import struct
 MAGIC = 0x6a736677736872
 SECTOR = 512
 FLUSH, FUA, DISCARD, MARK, METADATA = 1, 2, 4, 8, 16
-ZERO, GEOMETRY = 1 << 16, 1 << 17
+ZERO = 1 << 16
+GEOMETRY = 1 << 17   # the old geometry entry's private bit (read, not written)
 
 
 class LogWriter:
     def __init__(self, path, size, logical, physical, alignment=0,
-                 geometry_entry=True):
+                 geometry_entry=True, old_geometry=False):
         self.f = open(path, "wb")
         self.entries = 0
         self.f.write(b"\0" * SECTOR)
         if geometry_entry:
             self.mark("sect4k-geometry size=%d logical=%d physical=%d "
                       "alignment=%d export=" % (size, logical, physical,
-                                                alignment), GEOMETRY)
+                                                alignment),
+                      GEOMETRY if old_geometry else 0)
 
     def _entry(self, flags, off, length, data, name=b""):
         h = struct.pack("<QQQQ", off // SECTOR, length // SECTOR, flags,

@@ -93,7 +93,7 @@ main (void)
   ok (s4k_wlog_mark (w, "after-flush") == 0, "a mark");
   ok (s4k_wlog_mark (w, "") == -EINVAL, "an empty mark is refused");
   ok (s4k_wlog_append (w, 0, 100, 512, a) == -EINVAL,
-      "an entry off 512-byte sectors is refused");
+      "an entry off logical sectors is refused");
   ok (s4k_wlog_append (w, S4K_WLOG_ZERO, 0, 4096, NULL) == 0,
       "a trailing zero (a hole at the end of the file)");
   is_u64 (s4k_wlog_entries (w), 8, "entries counted, geometry included");
@@ -114,7 +114,7 @@ main (void)
       "the geometry entry gives geometry and export");
   struct s4k_wlog_entry e;
   static const struct { uint64_t flags, off, len; char byte; } want[] = {
-    { S4K_WLOG_MARK | S4K_WLOG_GEOMETRY, 0, 0, 0 },
+    { S4K_WLOG_MARK, 0, 0, 0 },   /* exactly MARK, as replay-log asks */
     { 0, 8192, 4096, 'a' },
     { S4K_WLOG_FUA, 512, 1024, 'b' },
     { S4K_WLOG_ZERO, 65536, 65536, 0 },
@@ -135,7 +135,11 @@ main (void)
     } else if (good)
       good = e.data == NULL;
     if (good && i == 6)
-      good = e.mark && strcmp (e.mark, "after-flush") == 0;
+      good = e.mark && strcmp (e.mark, "after-flush") == 0 && !e.geometry;
+    if (good && i == 0)
+      good = e.geometry && e.mark &&
+             strcmp (e.mark, "sect4k-geometry size=1048576 logical=512 "
+                     "physical=4096 alignment=3584 export=disk1") == 0;
     ok (good, "entry %u: flags %#" PRIx64 " [%" PRIu64 ", +%" PRIu64
         ") and its data", i, want[i].flags, want[i].off, want[i].len);
   }
@@ -144,6 +148,21 @@ main (void)
   ok (s4k_wlog_next (r, &e, err, sizeof err) == 1 && e.index == 0,
       "rewind starts again");
   s4k_wlog_close (r);
+
+  /* A log written before the geometry entry was a plain mark: MARK and
+   * the private bit, still read. */
+  uint64_t old_flags = htole64 (S4K_WLOG_MARK | S4K_WLOG_GEOMETRY);
+  patch (512 + 16, &old_flags, 8);
+  if (s4k_wlog_open (&r, path, 0, err, sizeof err))
+    bail ("%s", err);
+  info = s4k_wlog_info (r);
+  ok (info->known && info->geom.alignment == 3584 &&
+      strcmp (info->export_name, "disk1") == 0 &&
+      s4k_wlog_next (r, &e, err, sizeof err) == 1 && e.geometry,
+      "a log with the old geometry entry (MARK|GEOMETRY) is read");
+  s4k_wlog_close (r);
+  uint64_t mark_flags = htole64 (S4K_WLOG_MARK);
+  patch (512 + 16, &mark_flags, 8);
 
   /* A writer killed before its last count: entries past nr_entries are
    * read only on request, and an incomplete one ends the log quietly. */
@@ -213,11 +232,50 @@ main (void)
   ok (s4k_wlog_open (&r, path, 0, err, sizeof err) == -1 &&
       contains (err, "entry 0 at byte 512: a mark of 600 bytes does not fit"),
       "a mark longer than its block");
-  uint64_t zero = 0;
-  patch (512 + 24, &zero, 8);
+  static const char bad_geom[] = "sect4k-geometry size=x";
+  uint64_t bad_len = htole64 (sizeof bad_geom - 1);
+  patch (512 + 24, &bad_len, 8);
+  patch (512 + 32, bad_geom, sizeof bad_geom);
   ok (s4k_wlog_open (&r, path, 0, err, sizeof err) == -1 &&
       contains (err, "geometry entry that does not parse"),
-      "a geometry entry without its text");
+      "a geometry entry that does not parse");
+
+  /* The first mark of a log that is not ours (the kernel's) is a mark. */
+  static const char other[] = "mkfs-done";
+  uint64_t other_len = htole64 (sizeof other - 1);
+  patch (512 + 24, &other_len, 8);
+  patch (512 + 32, other, sizeof other);
+  int opened = s4k_wlog_open (&r, path, 0, err, sizeof err) == 0;
+  ok (opened && !s4k_wlog_info (r)->known &&
+      s4k_wlog_next (r, &e, err, sizeof err) == 1 && !e.geometry &&
+      strcmp (e.mark, other) == 0,
+      "a first mark of another name is a user's mark");
+  if (opened)
+    s4k_wlog_close (r);
+  else
+    diag ("%s", err);
+
+  /* 4Kn: the log's unit is the device's logical sector, as the kernel's
+   * sectorsize is its device's logical block size. */
+  struct s4k_geometry g4 = { 1 << 20, 4096, 4096, 0 };
+  if (s4k_wlog_create (&w, path, &g4, NULL, err, sizeof err))
+    bail ("%s", err);
+  ok (s4k_wlog_append (w, 0, 4096, 512, a) == -EINVAL &&
+      s4k_wlog_append (w, 0, 512, 4096, a) == -EINVAL,
+      "4Kn: an entry off 4096-byte sectors is refused");
+  ok (s4k_wlog_append (w, S4K_WLOG_FUA, 8192, 4096, a) == 0, "4Kn: a write");
+  ok (s4k_wlog_free (w) == 0, "4Kn: closed");
+  is_u64 (file_size (), 4096 + 4096 + 4096 + 4096,
+          "4Kn: super block, geometry, header and data: a sector each");
+  if (s4k_wlog_open (&r, path, 0, err, sizeof err))
+    bail ("%s", err);
+  ok (s4k_wlog_sectorsize (r) == 4096 &&
+      s4k_wlog_next (r, &e, err, sizeof err) == 1 && e.geometry &&
+      s4k_wlog_next (r, &e, err, sizeof err) == 1 && e.sector == 2 &&
+      e.nr_sectors == 1 && e.off == 8192 && e.len == 4096 &&
+      memcmp (e.data, a, 4096) == 0,
+      "4Kn: sectorsize 4096, the write at sector 2 of 4096 bytes");
+  s4k_wlog_close (r);
 
   truncate_to (10);
   ok (s4k_wlog_open (&r, path, 0, err, sizeof err) == -1 &&
