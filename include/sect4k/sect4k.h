@@ -117,6 +117,22 @@ struct s4k_fault_config {
   const char *control;        /* control socket path */
 };
 
+/* Untorn (atomic) writes (atomic-write-max=, atomic-write-min=,
+ * atomic-write-boundary=, atomic-writes=): an atomic write is all or
+ * nothing to a power cut and to concurrent reads.  max 0: none. */
+struct s4k_atomic {
+  uint32_t max;          /* bytes; 0: the device has no atomic writes */
+  uint32_t min;          /* granularity and alignment, bytes */
+  uint32_t boundary;     /* bytes; 0: no boundary */
+  bool explicit_only;    /* atomic-writes=explicit: only S4K_ATOMIC writes;
+                            implicit (default): every write that fits */
+};
+
+/* Whether a write of [off, off+len) fits the limits a (false when
+ * a->max is 0). */
+bool s4k_atomic_fits (const struct s4k_atomic *a, uint64_t len,
+                      uint64_t off);
+
 struct s4k_config {
   struct s4k_geometry geom;
   uint32_t max_request;
@@ -160,6 +176,7 @@ struct s4k_config {
   const char *name;           /* export name (export=), NULL if unnamed;
                                  set by the export table (exports.h) */
   struct s4k_timing_params timing;   /* latency-*=, rate=, timing=, ... */
+  struct s4k_atomic atomic;          /* atomic-write-*=, atomic-writes= */
 };
 
 void s4k_config_init (struct s4k_config *c);
@@ -250,6 +267,10 @@ void s4k_loop_run_posted (struct s4k_completion *newest);
 #define S4K_FUA        1u
 #define S4K_MAY_TRIM   2u
 #define S4K_FAST_ZERO  4u
+/* A write the client asks to be atomic (SCSI WRITE ATOMIC(16)): it must
+ * fit the device's atomic limits (s4k_atomic_fits), else -EINVAL and
+ * nothing is written.  Issue 27; README "Atomic writes". */
+#define S4K_ATOMIC     8u
 
 #define S4K_DEBUG_RMW  1u
 
@@ -276,6 +297,8 @@ bool s4k_dev_readonly (const struct s4k_dev *d);
 const char *s4k_dev_store_info (const struct s4k_dev *d);
 /* The export name (s4k_config.name), or NULL for the unnamed export. */
 const char *s4k_dev_name (const struct s4k_dev *d);
+/* The device's atomic write limits (max 0: none). */
+const struct s4k_atomic *s4k_dev_atomic (const struct s4k_dev *d);
 void s4k_dev_set_debug (struct s4k_dev *d, unsigned mask,
                         s4k_debug_fn *fn, void *opaque);
 /* Export description, e.g. "512e: logical 512, physical 4096, alignment

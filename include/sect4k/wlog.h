@@ -41,6 +41,9 @@
 /* Read, never written: with MARK, the geometry entry of logs written
  * before it became a plain MARK (replay-log refused them). */
 #define S4K_WLOG_GEOMETRY (1u << 17)
+/* On a write: the device wrote it atomically (all or nothing at a power
+ * cut); sect4k-crash keeps or drops it whole (issue 27). */
+#define S4K_WLOG_ATOMIC   (1u << 18)
 /* The first entry of every log sect4k writes: a plain MARK named
  * "sect4k-geometry size=N logical=L physical=P alignment=A export=NAME"
  * (docs/write-log.md). */
