@@ -120,7 +120,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PLUGINDIR)/nbdkit-sect4k-plugin.so $(DESTDIR)$(MANDIR)/man1/$(MANPAGE)
 
 clean:
-	rm -rf build sect4k.so $(MANPAGE)
+	rm -rf build sect4k.so $(MANPAGE) sect4k-server sect4k-server.1 sect4k-crash.1
 
 # Further areas (server/, benchmarks, kernel tests) add their own targets.
 -include $(sort $(wildcard */*.mk */*/*.mk))
