@@ -7,7 +7,11 @@
 #include <errno.h>
 #include <string.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "sect4k/sect4k.h"
+#include "sect4k/wlog.h"
 #include "tap.h"
 
 /* Applies "key=value ..." (space-separated) and finishes: 0, or -1 with
@@ -363,6 +367,67 @@ test_cut_after (const char *model, const char *torn)
       "tears (%u of %u)", model, torn, plain_torn, seeds);
 }
 
+/* ---- the write log ---------------------------------------------------- */
+
+/* Each write the device did atomically carries S4K_WLOG_ATOMIC, the
+ * others not; read back with the engine's reader. */
+static void
+test_wlog (const char *mode, bool fault)
+{
+  char path[] = "/tmp/sect4k-atomic-wlog-XXXXXX";
+  int fd = mkstemp (path);
+  if (fd == -1)
+    bail ("mkstemp failed");
+  close (fd);
+  char keys[256];
+  const bool explicit_only = strcmp (mode, "explicit") == 0;
+  snprintf (keys, sizeof keys, "size=1M model=512e write-log=%s "
+            "atomic-write-max=16K atomic-write-min=512 atomic-writes=%s%s",
+            path, mode, fault ? " write-cache=true" : "");
+  struct s4k_dev *d = open_dev (keys);
+  static char buf[PAGE];
+  memset (buf, 7, sizeof buf);
+  static const struct { uint64_t len, off; unsigned flags; bool implicit; }
+    w[] = {
+    { 16384, 0, S4K_ATOMIC, true },     /* a unit */
+    { 16384, 8192, 0, false },          /* across a unit: never atomic */
+    { 4096, 32768, 0, true },           /* fits: atomic if implicit */
+    { 512, 65536 + 512, S4K_ATOMIC, true },  /* RMW of one sector */
+    { 32768, 65536, 0, false },         /* longer than max */
+  };
+  const size_t nw = sizeof w / sizeof w[0];
+  for (size_t i = 0; i < nw; i++)
+    if (s4k_write (d, buf, w[i].len, w[i].off, w[i].flags))
+      bail ("write %zu failed", i);
+  s4k_dev_close (d);
+
+  struct s4k_wlog_reader *r;
+  struct s4k_wlog_entry e;
+  char err[256];
+  if (s4k_wlog_open (&r, path, 0, err, sizeof err))
+    bail ("%s", err);
+  size_t i = 0, wrong = 0;
+  int n;
+  while ((n = s4k_wlog_next (r, &e, err, sizeof err)) == 1) {
+    if (e.flags & (S4K_WLOG_MARK | S4K_WLOG_FLUSH))
+      continue;
+    const bool want = w[i].flags & S4K_ATOMIC ||
+                      (!explicit_only && w[i].implicit);
+    if (i >= nw || e.off != w[i].off || e.len != w[i].len ||
+        !(e.flags & S4K_WLOG_ATOMIC) != !want) {
+      diag ("entry %zu: off %" PRIu64 " len %" PRIu64 " flags %#" PRIx64,
+            i, e.off, e.len, e.flags);
+      wrong++;
+    }
+    i++;
+  }
+  ok (n == 0 && i == nw && !wrong, "write log (%s%s): S4K_WLOG_ATOMIC on "
+      "exactly the writes the device did atomically", mode,
+      fault ? ", write cache" : "");
+  s4k_wlog_close (r);
+  unlink (path);
+}
+
 int
 main (void)
 {
@@ -376,6 +441,9 @@ main (void)
     for (unsigned t = 0; t < 5; t++)
       for (unsigned x = 0; x < 2; x++)
         test_cut (m ? "4kn" : "512e", torns[t], x);
+  test_wlog ("implicit", false);
+  test_wlog ("explicit", false);
+  test_wlog ("implicit", true);
   test_cut_after ("512e", "garbage");
   test_cut_after ("4kn", "garbage");
   printf ("1..%u\n", tap_n);
