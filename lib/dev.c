@@ -136,6 +136,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     return -ENOMEM;
   }
   d->lockfree_reads = store->lockfree_reads;
+  store->atomic_max = c->atomic.max;
   if (d->lockfree_reads) {
     store->contended = read_contended;
     store->contended_opaque = d;
@@ -1009,7 +1010,12 @@ s4k_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
               struct iovec *iov, unsigned max)
 {
   uint64_t first, last;
-  if (!d->store->ops->read_iov)
+  /* A reference cannot vouch for an atomic write across chunks: with
+   * atomic writes, a read beyond one physical sector is copied. */
+  if (!d->store->ops->read_iov ||
+      (d->atomic.max && len &&
+       s4k_sector_index (&d->g, off) !=
+       s4k_sector_index (&d->g, off + len - 1)))
     return -ENOTSUP;
   if (whole_sectors (d, d->fast_max, len, off, &first, &last))
     return d->store->ops->read_iov (d->store, len, off, iov, max);

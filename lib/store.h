@@ -152,6 +152,11 @@ struct s4k_store {
    * torn-write model, an upstream asked for whole sectors) leaves it
    * false. */
   bool partial_writes;
+  /* Set by the engine (0: none): a write of at most this many bytes may
+   * be atomic (README "Atomic writes"), so a store with lockfree_reads
+   * must keep every such write whole to a read, across its chunks too
+   * (the memory store: see "Atomic writes" at its top). */
+  uint32_t atomic_max;
 };
 
 /* True if a store over an upstream (another NBD server, nbdkit's next
