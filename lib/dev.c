@@ -47,6 +47,8 @@ struct s4k_dev {
   struct s4k_timing *timing;    /* NULL unless a timing key asks */
   struct s4k_wlog *wlog;        /* write-log=, or NULL */
   struct s4k_atomic atomic;     /* atomic-write-*=: max 0, none */
+  bool write_atomic;            /* atomic writes go to the store's
+                                   write_atomic (the fault layer's) */
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -136,6 +138,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     return -ENOMEM;
   }
   d->lockfree_reads = store->lockfree_reads;
+  d->write_atomic = c->atomic.max && store->ops->write_atomic;
   store->atomic_max = c->atomic.max;
   if (d->lockfree_reads) {
     store->contended = read_contended;
@@ -157,8 +160,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->fast_max = d->counting ? 0 : d->max_request;
   /* A log entry, or a layer that must know which writes are atomic,
    * needs the plan. */
-  d->fast_write_max = d->wlog || (d->atomic.max && d->fault) ? 0
-                                                             : d->fast_max;
+  d->fast_write_max = d->wlog || d->write_atomic ? 0 : d->fast_max;
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;
@@ -436,7 +438,8 @@ plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
       !s4k_dev_can_fast_zero (d))
     return -ENOTSUP;
   /* A drive refuses a write marked atomic that it cannot do whole. */
-  if ((flags & S4K_ATOMIC) && !s4k_atomic_fits (&d->atomic, len, off))
+  if (op == S4K_OP_WRITE && (flags & S4K_ATOMIC) &&
+      !s4k_atomic_fits (&d->atomic, len, off))
     return -EINVAL;
   span_of (d, len, off, s);
   place (t, s);
@@ -490,7 +493,6 @@ struct request {
   bool partial;                 /* a write that cuts sectors, sent as it
                                    is: the store merges it */
   bool exact;                   /* a read of just its bytes, no lock */
-  bool atomic;                  /* a write the device does atomically */
   char *cut;                    /* 2P: the head sector, then the tail */
   struct span s;
   struct tally t;
@@ -638,8 +640,6 @@ store_call (struct s4k_store *st, const struct s4k_store_req *sq)
   case S4K_REQ_READ:
     return st->ops->read (st, sq->io, sq->n);
   case S4K_REQ_WRITE:
-    if (sq->atomic && st->ops->write_atomic)
-      return st->ops->write_atomic (st, sq->io, sq->n, sq->fua);
     return st->ops->write (st, sq->io, sq->n, sq->fua);
   case S4K_REQ_ZERO:
     return st->ops->zero (st, sq->io[0].len, sq->io[0].off, sq->may_trim,
@@ -684,13 +684,20 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
   int r = plan (d, op, len, off, flags, &q->s, &q->t);
   q->partial = op == S4K_OP_WRITE && d->partial_writes && r == 0 &&
                cuts (q);
-  /* Marked atomic (it fits: plan refused it otherwise), or implicit and
-   * it fits. */
-  q->atomic = op == S4K_OP_WRITE && r == 0 &&
-              ((flags & S4K_ATOMIC) ||
-               (d->atomic.max && !d->atomic.explicit_only &&
-                s4k_atomic_fits (&d->atomic, len, off)));
   return r;
+}
+
+/* True if the device does the write q atomically: marked so (plan
+ * refused it if it does not fit, and nothing fits without atomic
+ * writes), or under implicit, it fits. */
+S4K_INLINE bool
+atomic_write (const struct s4k_dev *d, const struct request *q)
+{
+  return __builtin_expect (d->atomic.max != 0, 0) &&
+         q->op == S4K_OP_WRITE &&
+         ((q->flags & S4K_ATOMIC) ||
+          (!d->atomic.explicit_only &&
+           s4k_atomic_fits (&d->atomic, q->len, q->off)));
 }
 
 /* True if the request needs the cut-sector buffer (a trim leaves cut
@@ -742,7 +749,7 @@ wlog_request (struct s4k_dev *d, const struct request *q)
     return s4k_wlog_append (d->wlog, S4K_WLOG_DISCARD | fua, q->s.mid_start,
                             q->s.mid_end - q->s.mid_start, NULL);
   const uint64_t flags = fua | (q->op == S4K_OP_ZERO ? S4K_WLOG_ZERO : 0) |
-                         (q->atomic ? S4K_WLOG_ATOMIC : 0);
+                         (atomic_write (d, q) ? S4K_WLOG_ATOMIC : 0);
   const uint64_t lmask = d->g.logical - 1;
   const uint64_t off = q->off, end = off + q->len;
   const uint64_t start = off & ~lmask, stop = (end + lmask) & ~lmask;
@@ -912,9 +919,13 @@ lock:
   q->stage = ST_WRITE;
   sq->kind = S4K_REQ_WRITE;
   sq->fua = fua;
-  sq->atomic = q->atomic;
   if (!(sq->n = list_writes (d, q, sq->io)))
     goto done;                  /* a zero that left no cut sector */
+  /* Only a synchronous layer (the fault layer) has write_atomic. */
+  if (__builtin_expect (d->write_atomic, 0) && atomic_write (d, q)) {
+    r = d->store->ops->write_atomic (d->store, sq->io, sq->n, fua);
+    goto done;
+  }
 last:
   r = issue (d, sq, w);
   if (w && r == 1)

@@ -60,8 +60,9 @@ drop_range (struct s4k_fault *f, uint64_t len, uint64_t off)
   }
 }
 
-/* Puts a piece's sectors in the table as dirty. */
-static int
+/* Puts a piece's sectors in the table as dirty.  Inline: stage's loop
+ * is every cached write's path. */
+static inline __attribute__ ((always_inline)) int
 stage_piece (struct s4k_fault *f, const struct s4k_io *io)
 {
   const char *buf = io->buf;
@@ -92,14 +93,30 @@ stage_piece (struct s4k_fault *f, const struct s4k_io *io)
   return 0;
 }
 
-int
-stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
-       bool atomic)
+/* stage with atomic units about: an atomic write takes in the units
+ * that lie within its sectors (kept, it leaves them overwritten;
+ * dropped, it takes them along: both are what a drive may do with two
+ * unflushed writes), and settles those that stick out; a plain write
+ * settles every unit it touches, whose bytes it may hold after an RMW
+ * (torn, it would tear them). */
+static __attribute__ ((noinline)) int
+stage_units (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
+             bool atomic)
 {
   const uint64_t first = sector_of (f, io[0].off);
   const uint64_t last = sector_of (f, io[n - 1].off + io[n - 1].len - 1);
-  const uint64_t off = io[0].off, len = io[n - 1].off + io[n - 1].len - off;
-  int r = settle (f, len, off);
+  int r = 0;
+  for (uint64_t k = first; r == 0 && k <= last && f->atomic_sectors; k++) {
+    struct entry *e = lookup (f, k);
+    if (!e || !e->atomic)
+      continue;
+    if (atomic && e->gfirst >= first && e->glast <= last) {
+      e->atomic = false;
+      f->atomic_sectors--;
+    }
+    else
+      r = destage (f, e);
+  }
   for (unsigned i = 0; i < n && r == 0; i++)
     r = stage_piece (f, &io[i]);
   for (uint64_t k = first; atomic && r == 0 && k <= last; k++) {
@@ -109,6 +126,18 @@ stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
     e->glast = last;
     f->atomic_sectors++;
   }
+  return r;
+}
+
+int
+stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
+       bool atomic)
+{
+  if (__builtin_expect (atomic || f->atomic_sectors, 0))
+    return stage_units (f, io, n, atomic);
+  int r = 0;
+  for (unsigned i = 0; i < n && r == 0; i++)
+    r = stage_piece (f, &io[i]);
   return r;
 }
 
@@ -139,10 +168,8 @@ destage (struct s4k_fault *f, struct entry *e)
 }
 
 int
-settle (struct s4k_fault *f, uint64_t len, uint64_t off)
+settle_units (struct s4k_fault *f, uint64_t len, uint64_t off)
 {
-  if (!f->atomic_sectors)
-    return 0;
   int r = 0;
   for (uint64_t k = sector_of (f, off), last = sector_of (f, off + len - 1);
        r == 0 && k <= last; k++) {

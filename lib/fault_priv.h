@@ -35,8 +35,10 @@ struct badset {
  * sectors of an atomic write stay one unit while dirty, [gfirst, glast]
  * (every one of them dirty, with the same range): destaged together,
  * kept or dropped together at a cut.  Any other write, zero or trim
- * touching one of them first makes the unit durable (settle), so a
- * unit's sectors never hold part of another request. */
+ * touching one of them first makes the unit durable (settle), unless
+ * it is an atomic write whose sectors hold the whole unit (it takes
+ * the unit in), so a unit's sectors never hold part of a request that
+ * is not in the unit. */
 struct entry {
   uint64_t k;
   bool atomic;
@@ -100,7 +102,12 @@ int stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
 int destage (struct s4k_fault *f, struct entry *e);
 /* Makes the atomic units among the dirty sectors of [off, off+len)
  * durable, before a request changes part of them. */
-int settle (struct s4k_fault *f, uint64_t len, uint64_t off);
+int settle_units (struct s4k_fault *f, uint64_t len, uint64_t off);
+static inline int
+settle (struct s4k_fault *f, uint64_t len, uint64_t off)
+{
+  return f->atomic_sectors ? settle_units (f, len, off) : 0;
+}
 /* Dirty sectors from the cache, runs of the others from the store. */
 int read_cached (struct s4k_fault *f, const struct s4k_io *io, unsigned n);
 /* Writes the whole cache back, then flushes the store. */

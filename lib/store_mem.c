@@ -419,7 +419,7 @@ copy_chunk (uintptr_t e, uint64_t co, char *buf, uint64_t n)
  * that met a writer, under the engine's locks (see the top).  With no
  * engine over it (a layer that serializes its calls, so no writer runs
  * during one), it tries until it succeeds. */
-static int
+static inline __attribute__ ((always_inline)) int
 read_chunk (struct mem_store *m, uint64_t ci, uint64_t co, char *buf,
             uint64_t n, uint64_t off)
 {
@@ -502,7 +502,7 @@ seq_sum (const struct mem_store *m, uint64_t off, uint64_t len,
 /* [off, off+len) in several chunks but one atomic unit, checked as one
  * (see "Atomic writes" at the top); after READ_TRIES, under the
  * engine's locks. */
-static int
+static __attribute__ ((noinline)) int
 read_span (struct mem_store *m, char *buf, uint64_t len, uint64_t off)
 {
   for (unsigned t = 0;; t++) {
@@ -532,8 +532,9 @@ read_span (struct mem_store *m, char *buf, uint64_t len, uint64_t off)
 }
 
 /* A piece spanning chunks, with atomic writes: unit by unit, each unit
- * in one chunk read as usual, else checked as one. */
-static int
+ * in one chunk read as usual, else checked as one.  Out of line: reads
+ * without atomic writes pay for a test only. */
+static __attribute__ ((noinline)) int
 read_units (struct mem_store *m, char *buf, uint64_t len, uint64_t off)
 {
   const uint64_t unit = m->base.atomic_max;
@@ -558,7 +559,7 @@ read_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
   for (unsigned i = 0; i < nio; i++) {
     char *buf = io[i].buf;
     uint64_t off = io[i].off;
-    if (m->base.atomic_max > m->chunk) {
+    if (__builtin_expect (m->base.atomic_max > m->chunk, 0)) {
       int r = read_units (m, buf, io[i].len, off);
       if (r)
         return r;
@@ -630,7 +631,7 @@ mem_read_locked (struct s4k_store *s, const struct s4k_io *io, unsigned nio)
 /* A write that may be atomic, spanning chunks: every chunk's word begun
  * before any byte changes, ended after the last (see "Atomic writes"
  * at the top).  The nodes on the way are made first, outside. */
-static int
+static __attribute__ ((noinline)) int
 write_span (struct mem_store *m, const char *buf, uint64_t len, uint64_t off)
 {
   FOR_EACH_CHUNK (m, off, len, ci, co, n)
@@ -654,7 +655,7 @@ write_span (struct mem_store *m, const char *buf, uint64_t len, uint64_t off)
 static __attribute__ ((noinline)) int
 write_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
 {
-  if (nio == 1 && io->len <= m->base.atomic_max)
+  if (__builtin_expect (nio == 1 && io->len <= m->base.atomic_max, 0))
     return write_span (m, io->buf, io->len, io->off);
   for (unsigned i = 0; i < nio; i++) {
     const char *buf = io[i].buf;
