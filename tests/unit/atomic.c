@@ -258,6 +258,11 @@ test_cut (const char *model, const char *torn, bool explicit_only)
       if (s4k_write (d, buf, PAGE, (uint64_t) i * PAGE, aflag))
         bail ("atomic write failed");
     }
+    /* Page 0 again: the new unit takes the old one in (both kept or
+     * both dropped: never the first write alone). */
+    memset (buf, 0x29, PAGE);
+    if (s4k_write (d, buf, PAGE, 0, aflag))
+      bail ("atomic write failed");
     /* Plain pages: under implicit, 16K across a unit boundary (at 72K:
      * units 64K and 80K); under explicit, unmarked aligned pages. */
     const uint64_t plain_off[2] = { explicit_only ? 64 * 1024 : 72 * 1024,
@@ -286,7 +291,7 @@ test_cut (const char *model, const char *torn, bool explicit_only)
     if (s4k_dev_power_cut (d, -1, &rep) || !rep)
       bail ("cut failed");
     for (unsigned i = 0; i < 4; i++) {
-      int st = state (d, PAGE, (uint64_t) i * PAGE, 0x21 + i);
+      int st = state (d, PAGE, (uint64_t) i * PAGE, i ? 0x21 + i : 0x29);
       atomic_torn += st == 2;
       kept += st == 1;
       dropped += st == 0;
