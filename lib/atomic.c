@@ -55,15 +55,18 @@ s4k_atomic_finish (struct s4k_atomic *a, const struct s4k_geometry *g,
                    uint32_t max_request, char *err, size_t errlen)
 {
   if (!a->max) {
-    const char *k = a->min ? "atomic-write-min="
-                  : a->boundary ? "atomic-write-boundary="
-                  : a->explicit_only ? "atomic-writes=explicit" : NULL;
-    if (k) {
-      snprintf (err, errlen, "%s: needs atomic-write-max= (the device has "
-                "no atomic writes without it)", k);
-      return -1;
-    }
-    return 0;
+    char k[64];
+    if (a->min)
+      snprintf (k, sizeof k, "atomic-write-min=%" PRIu32, a->min);
+    else if (a->boundary)
+      snprintf (k, sizeof k, "atomic-write-boundary=%" PRIu32, a->boundary);
+    else if (a->explicit_only)
+      snprintf (k, sizeof k, "atomic-writes=explicit");
+    else
+      return 0;
+    snprintf (err, errlen, "%s: needs atomic-write-max= (the device has "
+              "no atomic writes without it)", k);
+    return -1;
   }
   if (a->max % g->physical || a->max > max_request) {
     snprintf (err, errlen, "atomic-write-max=%" PRIu32 ": must be a "

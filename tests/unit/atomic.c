@@ -68,8 +68,8 @@ test_keys (void)
     { "size=1M atomic-write-max=16K atomic-write-boundary=24K", "atomic-write-boundary=24K: not a power of two" },
     { "size=1M atomic-writes=sometimes", "atomic-writes=sometimes: must be implicit" },
     { "size=1M atomic-writes=explicit", "atomic-writes=explicit: needs atomic-write-max=" },
-    { "size=1M atomic-write-min=4K", "atomic-write-min=: needs atomic-write-max=" },
-    { "size=1M atomic-write-boundary=64K", "atomic-write-boundary=: needs atomic-write-max=" },
+    { "size=1M atomic-write-min=4K", "atomic-write-min=4096: needs atomic-write-max=" },
+    { "size=1M atomic-write-boundary=64K", "atomic-write-boundary=65536: needs atomic-write-max=" },
   };
   struct s4k_config c;
   char err[256];
