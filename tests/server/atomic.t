@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from tap import ok, diag, done_testing, Nbdkit, need_nbd  # noqa: E402
-from srvlib import Server, SERVER  # noqa: E402
+from srvlib import front_ends  # noqa: E402
 
 nbd = need_nbd()
 TOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -191,12 +191,7 @@ def concurrent_reads(name, make):
 
 
 def main():
-    for name, make, plugin in (
-            ("nbdkit", lambda *a: Nbdkit(*a), True),
-            ("sect4k-server", lambda *a: Server(*a), False)):
-        if not plugin and not os.access(SERVER, os.X_OK):
-            ok(True, "# skip sect4k-server is not built")
-            continue
+    for name, make, _ in front_ends():
         power_cuts(name, make)
         concurrent_reads(name, make)
     power_cuts("filter", lambda *a: Nbdkit("1M", *a, plugin="memory",
