@@ -390,7 +390,7 @@ test_wlog (const char *mode, bool fault)
             "atomic-write-max=16K atomic-write-min=512 atomic-writes=%s%s",
             path, mode, fault ? " write-cache=true" : "");
   struct s4k_dev *d = open_dev (keys);
-  static char buf[PAGE];
+  static char buf[2 * PAGE];         /* the longest write below */
   memset (buf, 7, sizeof buf);
   static const struct { uint64_t len, off; unsigned flags; bool implicit; }
     w[] = {
