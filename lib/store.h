@@ -71,6 +71,12 @@ struct s4k_store_ops {
   int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
   int (*write) (struct s4k_store *s, const struct s4k_io *io, unsigned n,
                 bool fua);
+  /* Optional: a write the device does atomically (README "Atomic
+   * writes"): all of it or none at a power cut.  Only a synchronous
+   * store that can lose part of a write (the fault layer) has it; the
+   * others get write, which no power cut interrupts. */
+  int (*write_atomic) (struct s4k_store *s, const struct s4k_io *io,
+                       unsigned n, bool fua);
   /* Optional, with lockfree_reads: a read the caller holds the shared
    * sector locks of (see `contended` in struct s4k_store). */
   int (*read_locked) (struct s4k_store *s, const struct s4k_io *io,
@@ -145,6 +151,11 @@ struct s4k_store {
    * torn-write model, an upstream asked for whole sectors) leaves it
    * false. */
   bool partial_writes;
+  /* Set by the engine (0: none): a write of at most this many bytes may
+   * be atomic (README "Atomic writes"), so a store with lockfree_reads
+   * must keep every such write whole to a read, across its chunks too
+   * (the memory store: see "Atomic writes" at its top). */
+  uint32_t atomic_max;
 };
 
 /* True if a store over an upstream (another NBD server, nbdkit's next
