@@ -68,6 +68,8 @@ struct wr {
   const unsigned char *data;            /* NULL: zeroes (zero, trim) */
   bool durable_early;                   /* FUA, zero, trim: durable when
                                            done, as the fault layer does */
+  bool atomic;                          /* S4K_WLOG_ATOMIC: kept or dropped
+                                           whole, never torn */
 };
 extern struct wr *writes;
 
@@ -129,6 +131,7 @@ struct tsec {
   unsigned char *old, *new, *img;
   struct outcome o;
   bool unreadable;
+  bool whole;                   /* a kept atomic write covers it: kept */
 };
 
 struct state {

@@ -56,7 +56,8 @@ add_write (const struct s4k_wlog_entry *e, bool trim, bool durable)
          e->off, e->off + e->len, g.size);
   writes = xrealloc (writes, (nwrites + 1) * sizeof *writes);
   writes[nwrites++] = (struct wr) { e->index, e->off, e->len,
-                                    trim ? NULL : e->data, durable };
+                                    trim ? NULL : e->data, durable,
+                                    e->flags & S4K_WLOG_ATOMIC };
 }
 
 struct s4k_wlog_reader *reader;

@@ -82,7 +82,7 @@ serve_write (const unsigned char *data, uint64_t off, uint64_t len)
       x = map_add (&scratch, k);
       x->data = b;
     }
-    const struct wr w = { 0, off, len, data, false };
+    const struct wr w = { 0, off, len, data, false, false };
     apply (&w, k, x->data);
   }
   return 0;

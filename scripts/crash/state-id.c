@@ -101,6 +101,10 @@ state_parse (struct state *st, const char *id)
       if (ti >= st->nt)
         die ("--state %s: more outcomes than the %zu physical sectors the "
              "kept writes touch", id, st->nt);
+      if (st->t[ti].whole && oc.kind != O_KEPT)
+        die ("--state %s: outcome %s for physical sector %" PRIu64 ": a "
+             "kept atomic write covers it, so it is kept", id,
+             outcome_names[oc.kind], st->t[ti].k);
       if (!outcome_allowed (&st->t[ti], oc))
         die ("--state %s: outcome %s for physical sector %" PRIu64 " is "
              "not one torn=%s allows there", id, outcome_names[oc.kind],

@@ -95,12 +95,17 @@ state_build (struct state *st)
     t->img = xcalloc (1, P);
     t->o = (struct outcome) { O_KEPT, 0 };
     t->unreadable = false;
+    t->whole = false;
     read_durable (t->k, t->old);
     read_flushed (t->k, t->new);
     for (size_t j = c->f; j < c->nw; j++)
       if (in[j - c->f] && first_sector (&writes[j]) <= t->k &&
-          last_sector (&writes[j]) >= t->k)
+          last_sector (&writes[j]) >= t->k) {
         apply (&writes[j], t->k, t->new);
+        /* Reverting or tearing the sector would tear the atomic write;
+         * dropping it whole is the kept set without it. */
+        t->whole |= writes[j].atomic && !writes[j].durable_early;
+      }
     t->diff = 0;
     for (unsigned l = 0; l < t->lbas && l < 64; l++)
       if (memcmp (t->old + (uint64_t) l * L, t->new + (uint64_t) l * L, L))
@@ -127,6 +132,8 @@ n_torn_masks (const struct tsec *t)
 uint64_t
 n_outcomes (const struct tsec *t)
 {
+  if (t->whole)
+    return 1;
   uint64_t n = t->diff ? 2 : 1;         /* kept (= reverted if equal) */
   switch (torn) {
   case S4K_TORN_NONE: break;
@@ -176,6 +183,8 @@ outcome_at (const struct tsec *t, uint64_t i)
 bool
 outcome_allowed (const struct tsec *t, struct outcome o)
 {
+  if (t->whole)
+    return o.kind == O_KEPT;
   switch (o.kind) {
   case O_KEPT: return true;
   case O_REVERTED: return true;
