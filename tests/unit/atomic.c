@@ -231,11 +231,11 @@ reported (const char *rep, const struct s4k_dev *d, uint64_t len,
 }
 
 /* Under write-cache=true, with the cut from the control call: per seed,
- * atomic pages (16 KiB, aligned; under explicit, marked S4K_ATOMIC) and
- * plain writes (under implicit: crossing a unit, so they do not fit;
- * under explicit: not marked), an atomic write with a plain one over
- * part of it afterwards, and (min 512) an atomic write cutting two
- * physical sectors.  Returns how many plain pages tore. */
+ * atomic pages (16 KiB, aligned; under explicit, marked S4K_ATOMIC),
+ * one of them rewritten, and plain writes (under implicit: crossing a
+ * unit, so they do not fit; under explicit: not marked), an atomic
+ * page with a 4 KiB write over part of it afterwards, and on 512e (min
+ * 512) an atomic write cutting two physical sectors. */
 static void
 test_cut (const char *model, const char *torn, bool explicit_only)
 {
