@@ -485,6 +485,12 @@ fail:
   return NULL;
 }
 
+const char *
+scsi_front_disk (const struct scsi_front *f, size_t i)
+{
+  return f->v[i].sd;
+}
+
 void
 scsi_stop (struct scsi_front *f)
 {

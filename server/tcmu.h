@@ -26,6 +26,8 @@ struct scsi_front;
  * created so far removed again. */
 struct scsi_front *scsi_start (struct s4k_exports *t, bool readonly,
                                bool verbose, char *err, size_t errlen);
+/* Export i's disk as the kernel names it ("sdb"). */
+const char *scsi_front_disk (const struct scsi_front *f, size_t i);
 /* Removes the disks, the target and the backstores (in that order). */
 void scsi_stop (struct scsi_front *f);
 
