@@ -712,8 +712,10 @@ main (int argc, char **argv)
   struct scsi_front *front = NULL;
   int ret = 0;
   if (scsi &&
-      !(front = scsi_start (&exports, s.cfg.readonly, s.cfg.verbose, err,
-                            sizeof err))) {
+      /* With --run, stdout is the command's: the disks are in its
+       * variables, and logged. */
+      !(front = scsi_start (&exports, s.cfg.readonly, s.cfg.verbose,
+                            run ? NULL : stdout, err, sizeof err))) {
     fprintf (stderr, PROG ": %s\n", err);
     ret = 1;
     goto out;
