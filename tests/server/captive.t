@@ -116,6 +116,22 @@ ok $? "... cleanly (SIGTERM, socket removed)"
 
 # Socket activation: systemd-socket-activate binds, execs the server on
 # the first connection; nbdinfo is served through the inherited socket.
+# Bad socket activation: one line, exit 1.
+out=$(sh -c 'LISTEN_PID=$$ LISTEN_FDS=2 exec "$0" 1M' "$server" 2>&1)
+st=$?
+[ "$st" = 1 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] &&
+  printf '%s' "$out" | grep -q "LISTEN_FDS=2: sect4k-server serves exactly one socket"
+ok $? "LISTEN_FDS=2: exit 1, one line ($st: $out)"
+out=$(sh -c 'LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" 1M 3</dev/null' "$server" 2>&1)
+st=$?
+[ "$st" = 1 ] && printf '%s' "$out" | grep -q "fd 3 is not a listening stream socket"
+ok $? "LISTEN_FDS=1 with fd 3 not a socket: exit 1 ($st: $out)"
+out=$("$server" --help)
+for k in --run --pidfile --exit-with-parent "-U - makes" LISTEN_FDS '$dev_NAME'; do
+  printf '%s' "$out" | grep -qF -- "$k" || { diag "--help lacks $k"; false; }
+done
+ok $? "--help names --run, --pidfile, --exit-with-parent, -U -, socket activation"
+
 if command -v systemd-socket-activate >/dev/null; then
   sa=$tmpdir/sa.sock
   systemd-socket-activate -l "$sa" "$server" -P "$tmpdir/sa.pid" size=8M \
