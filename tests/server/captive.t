@@ -35,19 +35,19 @@ ok $? "... \$port empty, \$exportname \"\", \$uri the socket's"
 [ -n "$sock" ] && [ ! -e "$sock" ] && [ ! -e "$(dirname "$sock")" ]
 ok $? "... the private socket and its directory are gone afterwards"
 
-run_server exit7 -U - 1M --run 'exit 7'
-st=$?
-[ "$st" = 7 ]
-ok $? "--run 'exit 7' exits 7 ($st)"
-grep -q "the command exited with status 7" "$tmpdir/exit7.log"
-ok $? "... and says so"
-
-run_server killed -U - 1M --run 'kill -KILL $$'
-st=$?
-[ "$st" = 137 ]
-ok $? "a command killed by SIGKILL: exit 128+9 ($st)"
-grep -q "killed by signal 9" "$tmpdir/killed.log"
-ok $? "... and says so"
+# status_case NAME CMD STATUS LOG-LINE DESCRIPTION: the server's exit
+# status is STATUS and its log says LOG-LINE.
+status_case () {
+  run_server "$1" -U - 1M --run "$2"
+  st=$?
+  [ "$st" = "$3" ]
+  ok $? "$5 ($st)"
+  grep -q "$4" "$tmpdir/$1.log"
+  ok $? "... and says so"
+}
+status_case exit7 'exit 7' 7 "the command exited with status 7" "--run 'exit 7' exits 7"
+status_case killed 'kill -KILL $$' 137 "killed by signal 9" \
+  "a command killed by SIGKILL: exit 128+9"
 
 # Named exports: $exportname and $uri are the default (first) export's.
 out=$(run_server named -U - size=1M exports=512n,4kn \

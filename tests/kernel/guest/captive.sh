@@ -1,5 +1,6 @@
 # The captive suite of the kernel tests (issue 28), sourced by tests.sh
-# (its ok/nok/is/check/says/diag helpers, start_server, load_nbd):
+# after scsi.sh (their ok/nok/is/check/says/diag helpers, start_server,
+# load_nbd, wait_for):
 #   captive  sect4k-server --scsi --run and sect4k-attach --run (--scsi and
 #            nbd) on 512e-xp: the command sees $dev with the alignment
 #            offset 3584, and no disk, configfs entry or nbd connection is
@@ -9,14 +10,6 @@ CAP_CFS=/sys/kernel/config/target
 
 # cap_left: what of ours is left in configfs (empty: nothing).
 cap_left () { ls -d $CAP_CFS/core/user_* $CAP_CFS/loopback/naa.353344b* 2>/dev/null; }
-# cap_wait SECONDS COMMAND...: until COMMAND succeeds.
-cap_wait () {
-  cw=$(( $1 * 10 )); shift
-  while ! "$@"; do
-    [ "$cw" -gt 0 ] || return 1
-    sleep 0.1; cw=$((cw - 1))
-  done
-}
 # The command: the disk and what sysfs says of it, then exit $1.
 CAP_CMD='b=${dev#/dev/}; echo "dev=$dev"; test -b "$dev" && echo "block=yes";
   echo "sectors=$(cat /sys/block/$b/size)";
@@ -50,7 +43,7 @@ suite_captive () {
   sect4k-server size=16M model=512e-xp --scsi \
     --run "$CAP_CMD; touch /tmp/cap3.ready; exec sleep 120" >/tmp/cap3.out 2>/tmp/cap3.log &
   pid=$!
-  cap_wait 60 test -e /tmp/cap3.ready || diag "$(cat /tmp/cap3.out /tmp/cap3.log)"
+  wait_for 60 test -e /tmp/cap3.ready || diag "$(cat /tmp/cap3.out /tmp/cap3.log)"
   kill -TERM "$pid"; wait "$pid"; st=$?
   cap_check "$pfx" $st 143 /tmp/cap3.out
 
@@ -68,7 +61,7 @@ suite_captive () {
   sect4k-attach --run "$CAP_CMD; touch /tmp/cap6.ready; exec sleep 120" --scsi "$uri" \
     >/tmp/cap6.out 2>/tmp/cap6.log &
   pid=$!
-  cap_wait 60 test -e /tmp/cap6.ready || diag "$(cat /tmp/cap6.out /tmp/cap6.log)"
+  wait_for 60 test -e /tmp/cap6.ready || diag "$(cat /tmp/cap6.out /tmp/cap6.log)"
   kill -TERM "$pid"; wait "$pid"; st=$?
   cap_check "$pfx" $st 143 /tmp/cap6.out
 
@@ -89,7 +82,7 @@ suite_captive () {
   rm -f /tmp/cap9.ready
   sect4k-attach --run "touch /tmp/cap9.ready; exec sleep 120" "$uri" >/tmp/cap9.out 2>/tmp/cap9.log &
   pid=$!
-  cap_wait 60 test -e /tmp/cap9.ready || diag "$(cat /tmp/cap9.out /tmp/cap9.log)"
+  wait_for 60 test -e /tmp/cap9.ready || diag "$(cat /tmp/cap9.out /tmp/cap9.log)"
   kill -TERM "$pid"; wait "$pid"; st=$?
   is "$pfx: exit status 143" $st 143
   check "$pfx: ... and nbd0 is detached afterwards" test ! -e /sys/block/nbd0/pid
