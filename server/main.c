@@ -752,7 +752,7 @@ main (int argc, char **argv)
   if (child != -1) {
     /* Before the disks go: the command no longer uses them. */
     int st = captive_finish (child, s.shutdown_grace);
-    ret = st ? st : ret;
+    ret = ret ? ret : st;         /* the server's own failure first */
   }
 out:
   if (s.listen_fd != -1)
