@@ -47,6 +47,16 @@ suite_captive () {
   kill -TERM "$pid"; wait "$pid"; st=$?
   cap_check "$pfx" $st 143 /tmp/cap3.out
 
+  # Named exports: $dev is the first's disk, $dev_NAME each one's.
+  pfx="captive server --run, named exports"
+  sect4k-server size=16M exports=512e,4kn --scsi --run 'for d in "$dev" "$dev_512e" "$dev_4kn"; do
+      echo "$d $(cat /sys/block/${d#/dev/}/queue/logical_block_size)"; done' >/tmp/capn.out 2>/tmp/capn.log
+  is "$pfx: exit status 0" $? 0
+  says "$pfx: \$dev and \$dev_512e are the 512e disk, \$dev_4kn the 4kn one" "$(cat /tmp/capn.out)" \
+    "^/dev/sd[a-z]* 512\$" "^/dev/sd[a-z]* 4096\$"
+  is "$pfx: ... \$dev is \$dev_512e" "$(sed -n 1p /tmp/capn.out)" "$(sed -n 2p /tmp/capn.out)"
+  is "$pfx: ... and nothing of ours is left in configfs" "$(cap_left)" ""
+
   # sect4k-attach --run --scsi over an NBD export of the plugin.
   start_server capup $PLUGIN size=16M model=512e-xp
   local uri="nbd+unix:///?socket=/tmp/capup.sock"
