@@ -594,22 +594,6 @@ main (int argc, char **argv)
   char private_path[PATH_MAX];
   if (exit_with_parent && captive_exit_with_parent (ppid) == -1)
     return 1;
-  /* Blocked before any thread starts, so that every thread inherits the
-   * mask and the signals wait, pending, for sigwait (in serve, or below
-   * with --scsi alone).  Stop signals as nbdkit's; with --run, SIGCHLD
-   * (not for a stop or continue) is the command's end. */
-  sigemptyset (&s.stop_signals);
-  sigaddset (&s.stop_signals, SIGINT);
-  sigaddset (&s.stop_signals, SIGTERM);
-  sigaddset (&s.stop_signals, SIGHUP);
-  sigaddset (&s.stop_signals, SIGQUIT);
-  if (run) {
-    sigaction (SIGCHLD, &(struct sigaction) { .sa_handler = SIG_DFL,
-                                              .sa_flags = SA_NOCLDSTOP },
-               NULL);
-    sigaddset (&s.stop_signals, SIGCHLD);
-  }
-  pthread_sigmask (SIG_BLOCK, &s.stop_signals, NULL);
 
   static struct s4k_exports exports;
   char err[512];
@@ -673,6 +657,24 @@ main (int argc, char **argv)
     s4k_exports_close (&exports);
     return 1;
   }
+  /* Blocked before any thread starts (the devices' control and stats
+   * threads, the rings, the event loops), so that every thread inherits
+   * the mask and the signals wait, pending, for sigwait (in serve, or
+   * below with --scsi alone); until here (opening the devices, which
+   * may wait for an upstream) they stop the server at once.  Stop signals as nbdkit's; with --run, SIGCHLD
+   * (not for a stop or continue) is the command's end. */
+  sigemptyset (&s.stop_signals);
+  sigaddset (&s.stop_signals, SIGINT);
+  sigaddset (&s.stop_signals, SIGTERM);
+  sigaddset (&s.stop_signals, SIGHUP);
+  sigaddset (&s.stop_signals, SIGQUIT);
+  if (run) {
+    sigaction (SIGCHLD, &(struct sigaction) { .sa_handler = SIG_DFL,
+                                              .sa_flags = SA_NOCLDSTOP },
+               NULL);
+    sigaddset (&s.stop_signals, SIGCHLD);
+  }
+  pthread_sigmask (SIG_BLOCK, &s.stop_signals, NULL);
   s4k_exports_start (&exports);
   struct server_cfg *cfgs = NULL;
   char names[1024];
