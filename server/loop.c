@@ -771,10 +771,7 @@ serve (struct server *s)
     log_msg ("out of memory");
     return -1;
   }
-  sigset_t sigs;
-  sigemptyset (&sigs);
-  sigaddset (&sigs, SIGINT);
-  sigaddset (&sigs, SIGTERM);
+  sigset_t sigs = s->stop_signals;
   pthread_sigmask (SIG_BLOCK, &sigs, NULL);   /* inherited by the workers */
 
   unsigned started = 0;

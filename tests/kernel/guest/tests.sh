@@ -6,6 +6,7 @@
 #   faults  bad sectors and power cuts through the nbd driver
 #   scsi, scsi_bench   guest/scsi.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
+#   captive sect4k-server --scsi --run, sect4k-attach --run   guest/captive.sh
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
 # The host numbers the tests and checks that all of them came.
 PLUGIN=/opt/sect4k/sect4k.so
@@ -426,5 +427,7 @@ suite_dmlog () {
 
 # The SCSI suites (issue 22).
 . /scsi.sh
+# sect4k-server --scsi --run and sect4k-attach --run (issue 28).
+. /captive.sh
 for s in "$@"; do "suite_$s"; done
 echo "S4K: TESTS $n"
