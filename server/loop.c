@@ -806,8 +806,9 @@ serve (struct server *s)
   if (ret == 0) {
     int sig;
     sigwait (&sigs, &sig);
+    /* SIGCHLD only ever ends a --run: say that, not "Child exited". */
     log_msg ("%s: finishing requests in flight and shutting down",
-             strsignal (sig));
+             sig == SIGCHLD ? "--run: the command ended" : strsignal (sig));
   }
   uint64_t one = 1;
   unsigned running = 0;
