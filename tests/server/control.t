@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The control socket (control=PATH) on both front ends (nbdkit plugin and
-sect4k-server): a second instance on a live path stops with one line and
+sect4k-server; the filter's startup check too): a second instance on a live path stops with one line and
 the first keeps it; a stale socket is replaced and said so; at exit the
 path is removed only if it is still ours; clients are served at once (20
 idle clients, a client that never reads, 100 at the same moment, more
@@ -20,6 +20,8 @@ from tap import ok, diag, done_testing, Nbdkit, PLUGIN, need_nbd, sanitizer_env 
 from srvlib import Server, SERVER  # noqa: E402
 
 nbd = need_nbd()
+FILTER = os.environ.get("SECT4K_FILTER") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "sect4k-filter.so")
 
 
 def ask(path, line, timeout=10):
@@ -191,6 +193,34 @@ def exports(name, make, d):
            "its export's" % name)
 
 
+def filter_takeover(d):
+    """The filter makes its device (and control socket) at the first
+    connection, but refuses a live control= path at startup."""
+    if not os.path.exists(FILTER):
+        ok(True, "# skip the filter is not built")
+        return
+    ctl = os.path.join(d, "ctl")
+    with Nbdkit("1M", "model=512e", "control=" + ctl,
+                options=["--filter=" + FILTER], plugin="memory") as srv:
+        h = nbd.NBD()
+        h.connect_uri(srv.uri)                  # makes the device
+        ans, _ = ask(ctl, b"status\n")
+        sock = os.path.join(d, "sock2")
+        p = subprocess.run(["nbdkit", "-f", "-U", sock, "--filter=" + FILTER,
+                            "memory", "1M", "control=" + ctl],
+                           capture_output=True, text=True, timeout=20,
+                           env=dict(os.environ, **sanitizer_env()))
+        out = p.stderr + p.stdout
+        ok(p.returncode == 1 and len(out.splitlines()) == 1 and
+           "a server is already listening there" in out,
+           "filter: a second instance on a live control= path: exit 1, one "
+           "line (%d: %s)" % (p.returncode, out.strip()))
+        ans2, _ = ask(ctl, b"status\n")
+        ok(ans and "geometry=512e" in ans and ans == ans2,
+           "filter: ... and the first still answers status")
+        h.shutdown()
+
+
 def main():
     for name, make in (("nbdkit", lambda *a: Nbdkit(*a)),
                        ("sect4k-server", lambda *a: Server(*a))):
@@ -208,6 +238,9 @@ def main():
         except Exception as e:  # one front end failing still reports
             ok(False, "%s: %s" % (name, e))
         subprocess.run(["rm", "-rf", d])
+    d = tempfile.mkdtemp(prefix="sect4k-control.")
+    filter_takeover(d)
+    subprocess.run(["rm", "-rf", d])
     done_testing()
 
 
