@@ -463,6 +463,14 @@ main (int argc, char **argv)
     s4k_exports_close (&exports);
     return 1;
   }
+  /* Blocked before the first thread starts (the device's, the loops'),
+   * so that SIGINT and SIGTERM wait for sigwait (serve, or below) when
+   * they come: none ends the process without its shutdown and flush. */
+  sigset_t sigs;
+  sigemptyset (&sigs);
+  sigaddset (&sigs, SIGINT);
+  sigaddset (&sigs, SIGTERM);
+  pthread_sigmask (SIG_BLOCK, &sigs, NULL);
   s4k_exports_start (&exports);
   struct server_cfg *cfgs = NULL;
   char names[1024];
@@ -488,14 +496,7 @@ main (int argc, char **argv)
     return 1;
   }
   struct scsi_front *front = NULL;
-  sigset_t sigs;
-  sigemptyset (&sigs);
   if (scsi) {
-    /* Blocked before the ring threads start, so that they inherit it
-     * (serve blocks them too); sigwait below or in serve. */
-    sigaddset (&sigs, SIGINT);
-    sigaddset (&sigs, SIGTERM);
-    pthread_sigmask (SIG_BLOCK, &sigs, NULL);
     if (!(front = scsi_start (&exports, s.cfg.readonly, s.cfg.verbose, err,
                               sizeof err))) {
       fprintf (stderr, PROG ": %s\n", err);
