@@ -365,8 +365,12 @@ control_thread (void *arg)
         drop (c, i);
     }
     if (p[1].revents) {
-      if (c->n == MAX_CLIENTS)
-        drop (c, idlest (c));
+      if (c->n == MAX_CLIENTS) {
+        int j = idlest (c);     /* it may have spoken meanwhile */
+        if (now_ms () - c->cl[j]->active < EVICT_IDLE_MS)
+          continue;
+        drop (c, j);
+      }
       struct client *k = malloc (sizeof *k);
       int fd = k ? accept4 (c->fd, NULL, NULL, SOCK_CLOEXEC) : -1;
       if (fd == -1) {
