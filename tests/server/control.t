@@ -149,6 +149,30 @@ def concurrency(name, srv, ctl):
     ok(n == 100, "%s: 100 simultaneous status requests: %d answered "
        "(%.2f s)" % (name, n, time.monotonic() - t0))
 
+    # 100 connected at once, then each sends: those past the 64 places
+    # get theirs once answered ones have been idle for a second.
+    socks = idle_clients(ctl, 100)
+    t0 = time.monotonic()
+    for s in socks:
+        s.sendall(b"status\n")
+    n = 0
+    for s in socks:
+        s.settimeout(10)
+        got = b""
+        try:
+            while not got.endswith(b"ok\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        except OSError:
+            pass
+        n += got.endswith(b"ok\n")             # open until the end
+    ok(n == 100, "%s: 100 clients connected first, then each asks, none "
+       "leaving: %d answered (%.2f s)" % (name, n, time.monotonic() - t0))
+    for s in socks:
+        s.close()
+
     # More idle clients than places (64): a new client still gets in, in
     # the place of one idle for a second.
     idle = idle_clients(ctl, 80)
