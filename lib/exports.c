@@ -174,8 +174,8 @@ s4k_exports_set (struct s4k_exports *t, const char *key, const char *value,
   return 0;
 }
 
-/* The defaults' statsfile= (or write-log=) for export name: stats.json ->
- * stats.NAME.json, stats -> stats.NAME. */
+/* The defaults' statsfile= (write-log=, control=) for export name:
+ * stats.json -> stats.NAME.json, stats -> stats.NAME. */
 static char *
 statsfile_for (const char *path, const char *name)
 {
@@ -189,6 +189,20 @@ statsfile_for (const char *path, const char *name)
   if (s)
     snprintf (s, n, "%.*s.%s%s", (int) stem, path, name, dot ? dot : "");
   return s;
+}
+
+/* A path among the defaults (*key == dflt) names each export's own
+ * when there are several: the name inserted, kept in *owned. */
+static int
+own_path (const struct s4k_exports *t, struct s4k_export *e,
+          const char **key, const char *dflt, char **owned)
+{
+  if (t->n < 2 || !*key || *key != dflt)
+    return 0;
+  if (!(*owned = statsfile_for (*key, e->name)))
+    return -1;
+  *key = *owned;
+  return 0;
 }
 
 /* Same file: same path, or the same inode once both exist. */
@@ -218,21 +232,14 @@ s4k_exports_finish (struct s4k_exports *t, char *err, size_t errlen)
     struct s4k_export *e = &t->v[i];
     e->cfg.readonly = t->readonly;
     e->cfg.readonly_per_connection = t->readonly_per_connection;
-    if (t->n > 1 && e->cfg.statsfile &&
-        e->cfg.statsfile == t->defaults.statsfile) {
-      if (!(e->statsfile = statsfile_for (e->cfg.statsfile, e->name))) {
-        snprintf (err, errlen, "export=%s: out of memory", e->name);
-        return -1;
-      }
-      e->cfg.statsfile = e->statsfile;
-    }
-    if (t->n > 1 && e->cfg.write_log &&
-        e->cfg.write_log == t->defaults.write_log) {
-      if (!(e->write_log = statsfile_for (e->cfg.write_log, e->name))) {
-        snprintf (err, errlen, "export=%s: out of memory", e->name);
-        return -1;
-      }
-      e->cfg.write_log = e->write_log;
+    if (own_path (t, e, &e->cfg.statsfile, t->defaults.statsfile,
+                  &e->statsfile) == -1 ||
+        own_path (t, e, &e->cfg.write_log, t->defaults.write_log,
+                  &e->write_log) == -1 ||
+        own_path (t, e, &e->cfg.fault.control, t->defaults.fault.control,
+                  &e->control) == -1) {
+      snprintf (err, errlen, "export=%s: out of memory", e->name);
+      return -1;
     }
     if (s4k_config_finish (&e->cfg, e2, sizeof e2) == -1) {
       if (t->named)
@@ -261,6 +268,13 @@ s4k_exports_finish (struct s4k_exports *t, char *err, size_t errlen)
         snprintf (err, errlen, "export=%s: write-log=%s is also export %s's "
                   "(each export needs a log of its own)", e->name,
                   e->cfg.write_log, o->name);
+        return -1;
+      }
+      if (e->cfg.fault.control && o->cfg.fault.control &&
+          strcmp (e->cfg.fault.control, o->cfg.fault.control) == 0) {
+        snprintf (err, errlen, "export=%s: control=%s is also export %s's "
+                  "(each export needs a control socket of its own)",
+                  e->name, e->cfg.fault.control, o->name);
         return -1;
       }
     }
@@ -303,6 +317,7 @@ s4k_exports_close (struct s4k_exports *t)
     free (t->v[i].name);
     free (t->v[i].statsfile);
     free (t->v[i].write_log);
+    free (t->v[i].control);
   }
   free (t->v);
   free (t->presets);

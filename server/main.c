@@ -25,6 +25,7 @@
 #include "tcmu.h"
 #include "tls.h"
 #include "sect4k/exports.h"
+#include "sect4k/unixsock.h"
 
 #define PROG "sect4k-server"
 
@@ -235,73 +236,31 @@ listen_tcp (const char *spec, bool allow_remote, char *where, size_t wlen)
  * only if it is still this one (another server may have replaced it). */
 static struct stat unix_sock;
 
-/* A socket already at path is refused if a server answers on it (its
- * clients would silently come to us, and its data is not ours), and
- * replaced by listen_unix if none does (stale).  Checked before the
- * device is opened, so that a file= is not touched either. */
+/* A live server's socket at path is refused, a stale one replaced by
+ * listen_unix.  Checked before the device is opened, so that a file= is
+ * not touched either. */
 static int
 check_unix_path (const char *path)
 {
-  struct sockaddr_un sun = { .sun_family = AF_UNIX };
-  struct stat st;
-  if (lstat (path, &st) == -1 || !S_ISSOCK (st.st_mode) ||
-      strlen (path) >= sizeof sun.sun_path)
-    return 0;                   /* listen_unix says what is wrong */
-  strcpy (sun.sun_path, path);
-  /* Non-blocking: a full backlog (EAGAIN) is a live server too. */
-  int probe = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  int r = probe == -1 ? -1 : connect (probe, (struct sockaddr *) &sun,
-                                      sizeof sun);
-  int e = errno;
-  if (probe != -1)
-    close (probe);
-  if (r == 0 || e == EAGAIN) {
-    fprintf (stderr, PROG ": --unix %s: a server is already listening "
-             "there\n", path);
-    return -1;
-  }
-  if (e == ECONNREFUSED)
+  char err[256];
+  int r = s4k_unix_probe (path, err, sizeof err);
+  if (r == -1)
+    fprintf (stderr, PROG ": --unix %s: %s\n", path, err);
+  else if (r == 1)
     log_msg ("--unix %s: replacing a stale socket (no server answers on "
              "it)", path);
-  else if (e != ENOENT) {
-    fprintf (stderr, PROG ": --unix %s: %s\n", path, s4k_strerror (e));
-    return -1;
-  }
-  return 0;
+  return r == -1 ? -1 : 0;
 }
 
-/* The socket appears at path only once it listens: bound under a
- * temporary name, then renamed (over a stale socket too), so a client
- * never sees ECONNREFUSED. */
 static int
 listen_unix (const char *path, char *where, size_t wlen)
 {
-  struct sockaddr_un sun = { .sun_family = AF_UNIX };
-  char tmp[sizeof sun.sun_path];
-  if (snprintf (tmp, sizeof tmp, "%s.%d.tmp", path, (int) getpid ())
-      >= (int) sizeof tmp) {
-    fprintf (stderr, PROG ": --unix %s: path too long (at most %zu "
-             "bytes)\n", path, sizeof sun.sun_path - 16);
-    return -1;
-  }
-  struct stat st;
-  if (lstat (path, &st) == 0 && !S_ISSOCK (st.st_mode)) {
-    fprintf (stderr, PROG ": --unix %s: exists and is not a socket\n", path);
-    return -1;
-  }
-  strcpy (sun.sun_path, tmp);
-  unlink (tmp);
-  int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd == -1 || bind (fd, (struct sockaddr *) &sun, sizeof sun) == -1 ||
-      listen (fd, SOMAXCONN) == -1 || lstat (tmp, &unix_sock) == -1 ||
-      rename (tmp, path) == -1) {
-    fprintf (stderr, PROG ": --unix %s: %s\n", path, s4k_strerror (errno));
-    unlink (tmp);
-    if (fd != -1)
-      close (fd);
-    return -1;
-  }
-  snprintf (where, wlen, "unix:%s", path);
+  char err[256];
+  int fd = s4k_unix_listen (path, 0, &unix_sock, err, sizeof err);
+  if (fd == -1)
+    fprintf (stderr, PROG ": --unix %s: %s\n", path, err);
+  else
+    snprintf (where, wlen, "unix:%s", path);
   return fd;
 }
 
@@ -662,8 +621,9 @@ main (int argc, char **argv)
    * threads, the rings, the event loops), so that every thread inherits
    * the mask and the signals wait, pending, for sigwait (in serve, or
    * below with --scsi alone); until here (opening the devices, which
-   * may wait for an upstream) they stop the server at once.  Stop signals as nbdkit's; with --run, SIGCHLD
-   * (not for a stop or continue) is the command's end. */
+   * may wait for an upstream) they stop the server at once.  The stop
+   * signals are nbdkit's; with --run, SIGCHLD (not for a stop or
+   * continue) is the command's end. */
   sigemptyset (&s.stop_signals);
   sigaddset (&s.stop_signals, SIGINT);
   sigaddset (&s.stop_signals, SIGTERM);
@@ -761,10 +721,8 @@ out:
   if (s.listen_fd != -1)
     close (s.listen_fd);
   scsi_stop (front);
-  struct stat st;
-  if (unix_path && lstat (unix_path, &st) == 0 &&
-      st.st_dev == unix_sock.st_dev && st.st_ino == unix_sock.st_ino)
-    unlink (unix_path);
+  if (unix_path)
+    s4k_unix_unlink (unix_path, &unix_sock);
   if (private_socket && s.listen_fd != -1)
     captive_private_remove (private_path);
   for (const struct server_cfg *e = &s.cfg; e; e = e->next) {

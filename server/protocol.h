@@ -89,5 +89,9 @@ void opt_error (struct conn *c, uint32_t opt, uint32_t type,
  * connection to transmission or end it. */
 void handshake_option (struct conn *c, uint32_t opt, const uint8_t *d,
                        uint32_t len);
+/* Under --tls=require, before TLS, any option but STARTTLS and ABORT is
+ * refused (NBD_REP_ERR_TLS_REQD; EXPORT_NAME: the connection ends),
+ * whatever its length or data: true if opt was. */
+bool handshake_tls_refused (struct conn *c, uint32_t opt);
 
 #endif

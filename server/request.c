@@ -535,8 +535,9 @@ conn_process (struct conn *c)
       }
       else {
         c->state = ST_OPTION;
-        opt_error (c, c->option, NBD_REP_ERR_TOO_BIG, "option data longer "
-                   "than %u bytes", CONN_MAX_OPTION);
+        if (!handshake_tls_refused (c, c->option))
+          opt_error (c, c->option, NBD_REP_ERR_TOO_BIG, "option data "
+                     "longer than %u bytes", CONN_MAX_OPTION);
       }
       break;
     }

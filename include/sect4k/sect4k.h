@@ -214,7 +214,8 @@ int s4k_parse_lba_list (const char *str,
   "bad-sectors=LBA[-LBA],...  Physical sectors holding these LBAs are bad:\n" \
   "                      reads fail with EIO until a whole-sector write.\n" \
   "control=PATH          Control socket (mode 0600): power-cut, bad, stats,\n" \
-  "                      status (see scripts/sect4k-ctl).\n"
+  "                      status (see scripts/sect4k-ctl); refused if a\n"  \
+  "                      server answers at PATH.\n"
 /* Parses nbdkit's size syntax: digits with optional b/k/M/G/T/P/E suffix
  * (powers of 1024).  Returns -1 if malformed or out of range. */
 int s4k_parse_size (const char *str, uint64_t *out);
