@@ -752,8 +752,11 @@ S4K_INLINE int
 finish (struct s4k_dev *d, struct request *q, int r)
 {
   const struct span *s = &q->s;
+  /* Only what changes the device: block status (the upstream store's
+   * asynchronous extents) ends here too. */
   if (__builtin_expect (d->wlog != NULL, 0) && r == 0 &&
-      q->op != S4K_OP_READ && q->op != S4K_OP_FLUSH)
+      (q->op == S4K_OP_WRITE || q->op == S4K_OP_ZERO ||
+       q->op == S4K_OP_TRIM))
     r = wlog_request (d, q);
   if (q->locked) {
     s4k_unlock (d->locks, s->lock_first, s->lock_last, q->op == S4K_OP_READ);
