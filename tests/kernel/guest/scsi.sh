@@ -189,20 +189,20 @@ scsi_ext4 () {
 # are rate limited, 10 per 5 s for all disks together, and the power cut
 # on 512e spends that budget: they are shown as comments, not asserted.
 scsi_bad () {
-  local pfx=$1 dev=$2 L=$3 ctl=$4 lba=$5 first=$6 b=${2#/dev/} n out info
-  n=$(( 65536 / L ))
+  local pfx=$1 dev=$2 L=$3 ctl=$4 lba=$5 first=$6 b=${2#/dev/} blocks out info
+  blocks=$(( 65536 / L ))   # not n: that is the TAP counter
   dmesg -c >/dev/null
   sect4k-ctl "$ctl" bad add "$lba" >/dev/null
-  # READ(16): opcode 88h, LBA 0 (8 bytes), transfer length n (4 bytes).
+  # READ(16): opcode 88h, LBA 0 (8 bytes), transfer length (4 bytes).
   out=$(sg_raw -r 64k -o /dev/null "$dev" 88 00 00 00 00 00 00 00 00 00 \
-    $(printf '%02x %02x %02x %02x' $((n >> 24 & 255)) $((n >> 16 & 255)) $((n >> 8 & 255)) $((n & 255))) 00 00 2>&1)
-  says "$pfx: bad sector at LBA $lba: READ(16) of LBAs 0-$((n - 1)) (sg_raw) gets CHECK CONDITION, MEDIUM ERROR, unrecovered read error" \
+    $(printf '%02x %02x %02x %02x' $((blocks >> 24 & 255)) $((blocks >> 16 & 255)) $((blocks >> 8 & 255)) $((blocks & 255))) 00 00 2>&1)
+  says "$pfx: bad sector at LBA $lba: READ(16) of LBAs 0-$((blocks - 1)) (sg_raw) gets CHECK CONDITION, MEDIUM ERROR, unrecovered read error" \
     "$out" 'Check Condition' 'Sense key: Medium Error' 'Unrecovered read error'
   # "Info fld=0xf [15]"; sg3-utils adds "Valid=0," when the VALID bit is clear.
   info=$(printf '%s\n' "$out" | grep -v 'Valid=0' | sed -n 's/.*Info fld=0x[0-9a-fA-F]* \[\([0-9]*\)\].*/\1/p' | head -n 1)
   is "$pfx: ... the sense data's INFORMATION field (VALID) names LBA $first, the bad physical sector's first" \
     "$info" "$first" || diag "$out"
-  check "$pfx: ... an O_DIRECT read of LBAs 0-$((n - 1)) through the kernel fails" \
+  check "$pfx: ... an O_DIRECT read of LBAs 0-$((blocks - 1)) through the kernel fails" \
     sh -c "! /opt/bin/dd if=$dev of=/dev/null bs=64k count=1 iflag=direct status=none 2>/dev/null"
   diag "$pfx: the kernel log (rate limited, not asserted):" \
     "$(dmesg | grep -e "\[$b\]" -e "dev $b," -e 'callbacks suppressed' | tail -n 6)"
@@ -404,13 +404,15 @@ scsi_attach_tests () {
   tidy "attach --scsi 512e-xp" attach
   scsi_attach_case "attach --scsi 512e-xp alignment-offset=0" "$uri" 512 4096 0 "given by alignment-offset=" \
     alignment-offset=0 && scsi_detach "attach --scsi 512e-xp alignment-offset=0" "$attached"
-  tidy "attach --scsi 512e-xp alignment-offset=0"
+  tidy "attach --scsi 512e-xp alignment-offset=0" attach
+  stop_server
   # Not sect4k: nbdkit's memory plugin with block sizes from a filter.
   start_server other --filter=blocksize-policy memory $SCSI_SIZE \
     blocksize-minimum=4096 blocksize-preferred=4096
   scsi_attach_case "attach --scsi nbdkit memory (4096)" 'nbd+unix:///?socket=/tmp/other.sock' \
     4096 4096 0 "not a sect4k export" && scsi_detach "attach --scsi nbdkit memory" "$attached"
-  tidy "attach --scsi nbdkit memory"
+  tidy "attach --scsi nbdkit memory" attach
+  stop_server
   rm -f /tmp/att.*
 }
 
