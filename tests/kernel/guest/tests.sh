@@ -106,7 +106,8 @@ tidy () {
   if [ "${2:-}" != attach ]; then
     for p in $server_pid $srv_pid $scsi_pid $case_pids; do
       alive "$p" || continue
-      stop_pid "$p"; tl="$tl pid:$p"
+      stop_pid "$p"
+      if [ "$p" = "$scsi_pid" ] && [ -n "$scsi_dev" ]; then tl="$tl pid:$p($scsi_dev)"; else tl="$tl pid:$p"; fi
     done
     server_pid= srv_pid= scsi_pid= scsi_dev= case_pids=
     tidy_configfs
@@ -310,6 +311,7 @@ suite_nbd () {
   out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/big.sock' 2>&1)
   refused "nbd l8192: sect4k-attach refuses a minimum of 8192" $? "$out" "more than this kernel"
   is "nbd l8192: nbd0 stays unattached" "$(cat /sys/block/nbd0/size)" 0
+  stop_server
   tidy "nbd l8192"
   # Why sect4k-attach exists: plain nbd-client never asks for the block size.
   start_server plain $PLUGIN size=$SIZE model=4kn
@@ -319,6 +321,7 @@ suite_nbd () {
   check "plain nbd-client on 4kn: reading the first 512 bytes fails" \
     sh -c '! /opt/bin/dd if=/dev/nbd0 of=/dev/null bs=512 count=1 iflag=direct status=none 2>/dev/null'
   nbd-client -d /dev/nbd0 >/dev/null 2>&1
+  stop_server
   tidy "plain nbd-client"
   # A server maximum below the driver's 32 MiB caps the kernel's requests.
   start_server maxreq $PLUGIN size=$SIZE model=512e max-request=64K
@@ -330,6 +333,7 @@ suite_nbd () {
     /opt/bin/dd if=/dev/zero of="$dev" bs=1M count=1 oflag=direct conv=notrunc status=none
   check "max-request=64K: the server refused nothing" sh -c '! grep -q refused /tmp/maxreq.log'
   sect4k-attach --detach "$dev" >/dev/null 2>&1
+  stop_server
   tidy "max-request=64K"
   # The standalone server (no nbdkit) serves the kernel the same way, from
   # memory and from a file (whose I/O goes through the server's rings).
@@ -346,6 +350,7 @@ suite_nbd () {
   load_nbd
   start_server two $PLUGIN size=$SIZE exports=512e,4kn
   two_exports "two exports of nbdkit" /tmp/two.log
+  stop_server
   tidy "two exports of nbdkit"
   if [ -x /opt/bin/sect4k-server ]; then
     unload_nbd
@@ -362,6 +367,7 @@ suite_nbd () {
   start_server nosize memory 1M
   out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/nosize.sock' 2>&1)
   refused "sect4k-attach refuses a server that advertises no block sizes" $? "$out" "advertises no block sizes"
+  stop_server
   tidy "nbd: no block sizes"
   unload_nbd
 }
