@@ -317,6 +317,7 @@ scsi_reference () {
 suite_scsi () {
   local t0=$(date +%s) name L P A rot wc max keys pfx
   scsi_reference
+  tidy "scsi_debug 512e-xp (reference)"
   if ! sect4k-server --help 2>&1 | grep -q -- '--scsi'; then
     ok "scsi: sect4k-server --scsi # SKIP this sect4k-server has no --scsi"
     diag "scsi: $(( $(date +%s) - t0 )) s"

@@ -472,6 +472,7 @@ suite_faults () {
   check "faults: ... and repairs it: the eight LBAs read again" \
     dd if="$dev" of=/dev/null bs=512 count=8 skip=8 iflag=direct status=none
   sect4k-attach --detach "$dev" >/dev/null 2>&1
+  stop_server
   tidy "faults 512e bad-sectors=9"
   if grep -q '^ext4 ' /proc/modules || grep -q ext4 /proc/filesystems; then
     fs_cut none; tidy "faults ext4 torn=none"
