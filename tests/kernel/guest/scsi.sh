@@ -204,8 +204,8 @@ scsi_bad () {
     "$info" "$first" || diag "$out"
   check "$pfx: ... an O_DIRECT read of LBAs 0-$((blocks - 1)) through the kernel fails" \
     sh -c "! /opt/bin/dd if=$dev of=/dev/null bs=64k count=1 iflag=direct status=none 2>/dev/null"
-  diag "$pfx: the kernel log (rate limited, not asserted):" \
-    "$(dmesg | grep -e "\[$b\]" -e "dev $b," -e 'callbacks suppressed' | tail -n 6)"
+  out=$(dmesg | grep -e "\[$b\]" -e "dev $b," -e 'callbacks suppressed' | tail -n 6)
+  diag "$pfx: the kernel log (rate limited, not asserted):" "${out:-  nothing: the rate limit held it back}"
   check "$pfx: ... LBAs 0-$((first - 1)) before it read" \
     dd if="$dev" of=/dev/null bs="$L" count="$first" iflag=direct status=none
   sect4k-ctl "$ctl" bad remove "$lba" >/dev/null
