@@ -12,7 +12,7 @@ blockdev () { /opt/bin/blockdev "$@"; }
 SCSI_SIZE=64M
 
 # The SCSI cases: geometry, what the kernel must show, the keys.
-#   rot    rotational: 1 (timing=hdd7200), 0 (timing=ssd), - (not asserted)
+#   rot    rotational: 1 (timing=hdd7200), 0 (timing=ssd or no timing key), - (not asserted)
 #   wc     write-cache=: the Caching page's WCE and sd's cache_type
 #   maxreq max-request= (the Block Limits page's maximum transfer length)
 # Timing presets come with their latencies set to 0: only the rotation
@@ -20,9 +20,9 @@ SCSI_SIZE=64M
 cat > /tmp/scsi-cases <<'CASES'
 512n     512   512   0     1  false  1M   model=512n max-request=1M timing=hdd7200 latency-read=0 latency-write=0 latency-rmw=0 rate=0
 512e     512   4096  0     0  true   32M  model=512e write-cache=true write-cache-size=1M torn=none seed=11 timing=ssd latency-read=0 latency-write=0 latency-rmw=0 rate=0
-512e-xp  512   4096  3584  -  true   32M  model=512e-xp write-cache=true
-4kn      4096  4096  0     -  false  32M  model=4kn
-l1024    1024  8192  0     -  false  32M  logical=1024 physical=8192
+512e-xp  512   4096  3584  0  true   32M  model=512e-xp write-cache=true
+4kn      4096  4096  0     0  false  32M  model=4kn
+l1024    1024  8192  0     0  false  32M  logical=1024 physical=8192
 CASES
 
 scsi_log2 () { v=$1 r=0; while [ "$v" -gt 1 ]; do v=$((v / 2)); r=$((r + 1)); done; echo $r; }
@@ -134,7 +134,7 @@ scsi_pages () {
   out=$(sg_vpd -p bdc "$dev" 2>&1)
   case "$rot" in
     1) says "$pfx: sg_vpd B1h: 7200 rpm (timing=hdd7200)" "$out" 'Nominal rotation rate: 7200 rpm' ;;
-    0) says "$pfx: sg_vpd B1h: non-rotating (timing=ssd)" "$out" 'Non-rotating medium' ;;
+    0) says "$pfx: sg_vpd B1h: non-rotating (no rotating timing model)" "$out" 'Non-rotating medium' ;;
     *) says "$pfx: sg_vpd B1h: Block Device Characteristics" "$out" 'Block device characteristics VPD page' ;;
   esac
   out=$(sg_vpd -p lbpv "$dev" 2>&1)
