@@ -272,10 +272,11 @@ check_slots (const struct conn *c, uint32_t maximum)
 
 /* With the memory store everything runs inline and in order: the output
  * must be the same byte for byte (seq) -- unless the client wrote,
- * zeroed or trimmed: reads are answered by reference (read_by_ref), the
- * data going out when the "socket" drains, so a read followed by an
- * overlapping write, both in flight, may send either data (as NBD
- * allows), and which depends on how the input was split.  Then the
+ * zeroed or trimmed: a read's data is copied when it runs, but holes
+ * still go by reference and go out when the "socket" drains, so a read
+ * followed by an overlapping write, zero or trim, both in flight, may
+ * send either data (as NBD allows), and which depends on how the input
+ * was split.  Then the
  * comparison is the one of slots below, whose parts hold for inline
  * runs too.
  *
