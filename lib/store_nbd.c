@@ -18,9 +18,12 @@
  * as a flush of the same connection after the write.
  *
  * A connection that fails (the upstream died or restarted) is closed:
- * its requests get EIO and the next request connects again.  If it had
- * writes no flush covered, the next flush fails with EIO too, since they
- * may be gone.
+ * its requests get EIO and the next request connects again; the pool's
+ * idle connections that died with it are closed at once.  If writes no
+ * flush covered were left, on it or on any other, they may be gone: the
+ * store counts a loss, and each client connection learns of it at its
+ * next flush (struct s4k_client).  A flush itself goes on past a
+ * connection that dies: what it lost is counted, the rest is flushed.
  *
  * Partial writes: where the export's minimum block size allows it (and
  * upstream-partial-writes= is not false), a write that cuts physical
@@ -36,6 +39,7 @@
 #include <string.h>
 
 #include <libnbd.h>
+#include <poll.h>
 
 #include "sect4k/extents.h"
 #include "sect4k/sect4k.h"
@@ -104,6 +108,33 @@ get_conn (struct nbd_store *u, int *r)
   return c;
 }
 
+static void
+conn_lost (struct nbd_store *u, struct conn *c)
+{
+  mark_lost (u, &c->mark);
+  nbd_close (c->h);
+  c->h = NULL;
+}
+
+/* One connection died: the upstream may have.  The pool's idle ones
+ * that are readable (an idle connection has nothing to read but its
+ * end) died too: closed now, so that the requests after do not each
+ * find one more dead. */
+static void
+reap_idle (struct nbd_store *u)
+{
+  for (unsigned i = 0; i < u->n; i++) {
+    struct conn *c = &u->conns[i];
+    if (pthread_mutex_trylock (&c->lock) != 0)
+      continue;
+    struct pollfd p = { .fd = c->h ? nbd_aio_get_fd (c->h) : -1,
+                        .events = POLLIN };
+    if (p.fd >= 0 && poll (&p, 1, 0) == 1)
+      conn_lost (u, c);
+    pthread_mutex_unlock (&c->lock);
+  }
+}
+
 int
 up_check (struct nbd_store *u, struct conn *c, int r)
 {
@@ -112,9 +143,8 @@ up_check (struct nbd_store *u, struct conn *c, int r)
   int e = nbd_get_errno ();
   if (nbd_aio_is_dead (c->h) || nbd_aio_is_closed (c->h) ||
       !nbd_aio_is_ready (c->h)) {
-    mark_lost (u, &c->mark);
-    nbd_close (c->h);
-    c->h = NULL;
+    conn_lost (u, c);
+    reap_idle (u);
     return -EIO;
   }
   return -(e > 0 ? e : EIO);
@@ -231,36 +261,50 @@ nbd_store_trim (struct s4k_store *s, uint64_t len, uint64_t off, bool fua)
   return nbd_store_zero (s, len, off, true, fua);
 }
 
+int
+up_flush_dirty (struct nbd_store *u, struct conn *c)
+{
+  if (!c->h || !mark_dirty (u, &c->mark))
+    return 0;
+  int r = up_flush_conn (u, c);
+  return c->h ? r : 0;
+}
+
 /* The synchronous flush covers the pool: with multi-conn every loop's
  * connection too; without it, the loops' connections are the
- * asynchronous flush's (front ends use one path or the other). */
+ * asynchronous flush's (front ends use one path or the other).  Lost
+ * writes are reported per client connection, by the engine. */
 static int
 nbd_store_flush (struct s4k_store *s)
 {
   struct nbd_store *u = (struct nbd_store *) s;
   int r = 0;
-  /* Taken before the flush: a connection that dies during it sets it
-   * again for the next one. */
-  bool lost = atomic_exchange (&u->lost_writes, false);
   if (!u->can_flush)
-    ;                           /* the upstream writes through */
-  else if (u->multi_conn) {
-    struct conn *c = up_any_dirty (u) ? get_conn (u, &r) : NULL;
-    if (c) {
+    return 0;                   /* the upstream writes through */
+  if (u->multi_conn) {
+    /* One flush covers all; one that found its connection dead goes
+     * again on the next (which connects again). */
+    for (unsigned i = 0; i <= u->n && up_any_dirty (u); i++) {
+      struct conn *c = get_conn (u, &r);
+      if (!c)
+        return r;
       r = up_flush_conn (u, c);
+      bool died = !c->h;
       pthread_mutex_unlock (&c->lock);
+      if (!died)
+        return r;
     }
+    return up_any_dirty (u) ? -EIO : 0;
   }
-  else
-    for (unsigned i = 0; i < u->n; i++) {
-      struct conn *c = &u->conns[i];
-      pthread_mutex_lock (&c->lock);
-      int e = c->h && mark_dirty (u, &c->mark) ? up_flush_conn (u, c) : 0;
-      pthread_mutex_unlock (&c->lock);
-      if (e && !r)
-        r = e;
-    }
-  return r ? r : lost ? -EIO : 0;
+  for (unsigned i = 0; i < u->n; i++) {
+    struct conn *c = &u->conns[i];
+    pthread_mutex_lock (&c->lock);
+    int e = up_flush_dirty (u, c);
+    pthread_mutex_unlock (&c->lock);
+    if (e && !r)
+      r = e;
+  }
+  return r;
 }
 
 /* ---- extents: the upstream's runs, zero only over whole sectors ------- */

@@ -15,8 +15,11 @@
  * for FUA, then req->done) from the loop's post queue.
  *
  * A connection that dies fails its commands in flight (EIO); it is
- * closed, with lost_writes set if it had writes no flush covered, and
- * the next request connects again.
+ * closed, counting a loss if writes no flush covered were left
+ * (mark_lost), and the next request connects again.  The loop polls its
+ * idle connection too, so it notices at once when the upstream dies.  A
+ * flush goes on past a connection that dies during it (its loss is
+ * counted, and reported per client connection by the engine).
  *
  * Block status goes the same way (nbd_aio_block_status), its replies
  * rounded to whole physical sectors by the same callback as the
@@ -56,7 +59,7 @@ struct aloop {
   struct s4k_loop *loop;
   struct nbd_store *u;
   struct nbd_handle *h;          /* NULL: connect at the next request */
-  unsigned gen;                  /* counts connections */
+  unsigned gen;                  /* counts connections, from 1 */
   bool connecting, connected_before;
   struct apoll rd, wr;
   /* Requests waiting for the connection, linked by piece[0].c.next. */
@@ -91,6 +94,7 @@ loop_get (struct nbd_store *u, struct s4k_loop *loop)
     al->loop = loop;
     al->u = u;
     al->rd.al = al->wr.al = al;
+    al->gen = 1;
     al->waiting_tail = &al->waiting;
     u->loops[n] = al;
     atomic_store_explicit (&u->nloops, n + 1, memory_order_release);
@@ -211,6 +215,7 @@ send_flush (struct aloop *al, struct s4k_store_req *q)
   struct flush_cover c = mark_cover (al->u, &al->mark);
   q->cover_last = c.last;
   q->cover_clock = c.clock;
+  q->cover_gen = al->gen;
   nbd_completion_callback cb = { .callback = flush_done, .user_data = q,
                                  .free = cmd_free };
   q->inflight++;
@@ -429,6 +434,19 @@ req_end (struct s4k_completion *c, int res)
   q->done (q, q->err);
 }
 
+/* A client's flush ended.  Its connection closed since it was sent (the
+ * teardown runs before this posted step): what it lost is counted, not
+ * the flush's error. */
+static void
+flush_end (struct s4k_completion *c, int res)
+{
+  struct s4k_store_req *q = s4k_container_of (c, struct s4k_store_piece,
+                                              c)->req;
+  if (q->err == -EIO && q->cover_gen && loop_of (q)->gen != q->cover_gen)
+    q->err = 0;
+  req_end (c, res);
+}
+
 /* The commands ended: for FUA on an upstream without it, a flush of the
  * same connection follows (on a connection since closed, the write may
  * be lost: EIO). */
@@ -506,10 +524,12 @@ struct xflush {
   _Atomic unsigned pending;      /* loops still flushing, + 1 while asking */
   _Atomic int err;
   struct xsub {
-    struct s4k_completion c;     /* posted to the loop asked */
+    struct s4k_completion c;     /* posted to the loop asked, then to it
+                                    again once its flush ended */
     struct xflush *x;
     struct aloop *al;
     struct flush_cover cover;
+    unsigned gen;                /* the connection it went on */
     int err;
   } sub[MAX_LOOPS];
 };
@@ -545,11 +565,22 @@ sub_done (void *opaque, int *error)
     mark_flushed (s->al->u, &s->al->mark, s->cover);
   return 1;
 }
+/* On the loop asked, after its flush ended (and after the teardown of
+ * a connection that died meanwhile: its loss is counted, not an error
+ * of the flush). */
+static void
+sub_end (struct s4k_completion *c, int res)
+{
+  (void) res;
+  struct xsub *s = s4k_container_of (c, struct xsub, c);
+  xflush_put (s->x, s->al->gen != s->gen ? 0 : s->err);
+}
 static void
 sub_free (void *opaque)
 {
   struct xsub *s = opaque;
-  xflush_put (s->x, s->err);
+  s->c.fn = sub_end;
+  s->al->loop->post (s->al->loop, &s->c);
 }
 
 /* On the loop asked: flushes its connection if it is still dirty (a
@@ -569,6 +600,7 @@ sub_run (struct s4k_completion *c, int res)
     return;
   }
   s->cover = mark_cover (al->u, &al->mark);
+  s->gen = al->gen;
   s->err = -EIO;                /* unless it is answered */
   nbd_completion_callback cb = { .callback = sub_done, .user_data = s,
                                  .free = sub_free };
@@ -581,13 +613,10 @@ static int
 flush_begin (struct aloop *al, struct s4k_store_req *q)
 {
   struct nbd_store *u = al->u;
-  /* Taken before the flush: a connection that dies during it sets it
-   * again for the next one. */
-  q->err = atomic_exchange (&u->lost_writes, false) ? -EIO : 0;
   if (!u->can_flush)
-    return q->err;              /* the upstream writes through */
+    return 0;                   /* the upstream writes through */
   if (u->multi_conn)
-    return up_any_dirty (u) ? start (al, q) : q->err;
+    return up_any_dirty (u) ? start (al, q) : 0;
 
   /* Without multi-conn.  The pool's connections: in place (blocking;
    * the server writes through them only with a fault layer, which has
@@ -597,8 +626,7 @@ flush_begin (struct aloop *al, struct s4k_store_req *q)
     if (!mark_dirty (u, &c->mark))
       continue;
     pthread_mutex_lock (&c->lock);
-    if (c->h && mark_dirty (u, &c->mark))
-      note_error (q, up_flush_conn (u, c));
+    note_error (q, up_flush_dirty (u, c));
     pthread_mutex_unlock (&c->lock);
   }
   /* The other loops'. */
@@ -662,9 +690,10 @@ up_submit (struct s4k_store *s, struct s4k_store_req *q)
     return sync_call (s, q);
   q->store = s;
   q->err = 0;
+  q->cover_gen = 0;             /* no flush sent yet */
   q->inflight = 0;
   q->piece[0] = (struct s4k_store_piece) {
-    .c.fn = q->kind == S4K_REQ_FLUSH ? req_end
+    .c.fn = q->kind == S4K_REQ_FLUSH ? flush_end
             : q->kind == S4K_REQ_EXTENTS ? after_status : after_cmds,
     .req = q };
   if (q->kind == S4K_REQ_FLUSH)
