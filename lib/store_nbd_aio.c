@@ -21,6 +21,11 @@
  * flush goes on past a connection that dies during it (its loss is
  * counted, and reported per client connection by the engine).
  *
+ * upstream-timeout=: a loop's connection that waits (connecting, or
+ * commands in flight) while its socket says nothing for that long is
+ * closed as one that died (its requests fail with EIO): a timer of the
+ * loop's ring, armed while it waits, checks when it last heard of it.
+ *
  * Block status goes the same way (nbd_aio_block_status), its replies
  * rounded to whole physical sectors by the same callback as the
  * synchronous path's (up_extent_cb), so a loop's clients can have many
@@ -36,11 +41,13 @@
  * completion callback, before the client can see it acknowledged, so a
  * flush received after the acknowledgement finds it. */
 #include <errno.h>
+#include <linux/time_types.h>
 #include <liburing.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include "sect4k/sect4k.h"
 #include "store_nbd_priv.h"
@@ -64,6 +71,12 @@ struct aloop {
   struct apoll rd, wr;
   /* Requests waiting for the connection, linked by piece[0].c.next. */
   struct s4k_completion *waiting, **waiting_tail;
+  /* upstream-timeout=: while busy (waiting on the upstream), the timer
+   * is armed; heard is when the socket last said anything. */
+  bool busy, timer_armed;
+  uint64_t heard;
+  struct s4k_completion timer;
+  struct __kernel_timespec due;
 };
 
 /* What a request (struct s4k_store_req) holds of the store's:
@@ -77,6 +90,7 @@ struct aloop {
  *                             the last command began */
 
 static void after_io (struct aloop *al);
+static void timer_done (struct s4k_completion *c, int res);
 
 /* The loop's connection state, made at its first request.  NULL if the
  * store has MAX_LOOPS already. */
@@ -95,6 +109,7 @@ loop_get (struct nbd_store *u, struct s4k_loop *loop)
     al->u = u;
     al->rd.al = al->wr.al = al;
     al->gen = 1;
+    al->timer.fn = timer_done;
     al->waiting_tail = &al->waiting;
     u->loops[n] = al;
     atomic_store_explicit (&u->nloops, n + 1, memory_order_release);
@@ -370,6 +385,55 @@ connected (struct aloop *al)
   }
 }
 
+/* The timer fires at *when (ns). */
+static void
+arm_timer (struct aloop *al, uint64_t when)
+{
+  al->due.tv_sec = when / 1000000000u;
+  al->due.tv_nsec = when % 1000000000u;
+  al->timer_armed = true;
+  s4k_loop_timeout (al->loop, &al->timer, &al->due);
+}
+
+/* Whether the connection now waits on the upstream: the timer runs from
+ * when it began to. */
+static void
+watch (struct aloop *al)
+{
+  const uint64_t t = al->u->timeout;
+  bool busy = al->h && (al->connecting || nbd_aio_in_flight (al->h) > 0);
+  if (busy && !al->busy)
+    al->heard = s4k_now_ns ();
+  al->busy = busy;
+  if (busy && t && !al->timer_armed)
+    arm_timer (al, al->heard + t);
+}
+
+static void
+timer_done (struct s4k_completion *c, int res)
+{
+  struct aloop *al = s4k_container_of (c, struct aloop, timer);
+  (void) res;
+  al->timer_armed = false;
+  if (!al->busy)
+    return;
+  if (s4k_now_ns () - al->heard < al->u->timeout) {
+    arm_timer (al, al->heard + al->u->timeout);
+    return;
+  }
+  up_timed_out (al->u);
+  /* Closing it would only free the commands in flight: cut the socket,
+   * so that libnbd fails them (EIO) as for an upstream that died.  A
+   * connection still connecting has none. */
+  if (!al->connecting) {
+    shutdown (nbd_aio_get_fd (al->h), SHUT_RDWR);
+    nbd_aio_notify_read (al->h);
+  }
+  if (al->h && !nbd_aio_is_dead (al->h))
+    teardown (al);
+  after_io (al);
+}
+
 /* After any call into the connection: notices that it connected or died,
  * and polls for what it waits for next. */
 static void
@@ -382,9 +446,10 @@ after_io (struct aloop *al)
       connected (al);
     else {
       rearm (al);
-      return;
+      break;
     }
   }
+  watch (al);
 }
 
 static void
@@ -395,6 +460,7 @@ poll_done (struct s4k_completion *c, int res)
   (void) res;                   /* errors and hang-ups: libnbd sees them */
   p->busy = false;
   if (al->h && p->gen == al->gen) {
+    al->heard = s4k_now_ns ();  /* the socket said something */
     unsigned dir = nbd_aio_get_direction (al->h);
     if (p == &al->rd && (dir & LIBNBD_AIO_DIRECTION_READ))
       nbd_aio_notify_read (al->h);
@@ -710,16 +776,13 @@ up_submit (struct s4k_store *s, struct s4k_store_req *q)
 
 /* At the store's close, the loops gone. */
 void
-up_aio_close (struct nbd_store *u)
+up_aio_close (struct nbd_store *u, uint64_t *deadline)
 {
   unsigned n = atomic_load (&u->nloops);
   for (unsigned i = 0; i < n; i++) {
     struct aloop *al = u->loops[i];
-    if (al->h) {
-      if (nbd_aio_is_ready (al->h))
-        nbd_shutdown (al->h, 0);
-      nbd_close (al->h);
-    }
+    if (al->h)
+      up_close_handle (al->h, deadline);
     free (al);
   }
 }

@@ -54,6 +54,7 @@ struct nbd_store {
   _Atomic unsigned next;
   uint64_t export_size;
   uint32_t chunk;                /* largest read or write sent at once */
+  uint64_t timeout;              /* upstream-timeout= in ns (0: none) */
   bool multi_conn, can_flush, can_fua, can_zero, can_fast_zero,
        can_extents, readonly;
   _Atomic uint64_t reconnects;
@@ -148,9 +149,16 @@ int up_send_range (struct nbd_store *u, send_fn *send, void *arg,
 /* True if h still serves the export the device was built on. */
 bool up_export_ok (struct nbd_store *u, struct nbd_handle *h);
 
-/* Ends a synchronous command on c: 0 or -errno.  A connection that died
- * is closed (its request gets EIO). */
-int up_check (struct nbd_store *u, struct conn *c, int r);
+/* Waits for the command cookie (nbd_aio_*'s result) on c, locked, and
+ * ends it: 0 or -errno.  A connection that died, or whose upstream said
+ * nothing for u->timeout, is closed (its request gets EIO). */
+int up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie);
+/* One line on stderr: the upstream said nothing for u->timeout, and the
+ * connection is closed. */
+void up_timed_out (struct nbd_store *u);
+/* Closes h, telling the upstream (NBD_CMD_DISC) without waiting long
+ * for it: the store is closing (at most until *deadline, ns). */
+void up_close_handle (struct nbd_handle *h, uint64_t *deadline);
 /* A synchronous flush of c (locked, connected). */
 int up_flush_conn (struct nbd_store *u, struct conn *c);
 /* The same if c (locked) is dirty: 0 also if the connection died (its
@@ -163,6 +171,6 @@ int up_extent_cb (void *opaque, const char *context, uint64_t offset,
 
 /* store_nbd_aio.c */
 int up_submit (struct s4k_store *s, struct s4k_store_req *q);
-void up_aio_close (struct nbd_store *u);
+void up_aio_close (struct nbd_store *u, uint64_t *deadline);
 
 #endif

@@ -159,6 +159,10 @@ struct s4k_config {
    * upstream-partial-writes=). */
   const char *upstream;       /* NBD URI; NULL: not upstream */
   uint32_t upstream_connections;  /* 0: the default */
+  uint64_t upstream_timeout;  /* ns the upstream may say nothing while a
+                                 connect or request waits on it (default
+                                 30 s; 0: forever) */
+  bool have_upstream_timeout;
   bool partial_writes;        /* the upstream may get writes that cut
                                  sectors (default true) */
   bool have_partial_writes;

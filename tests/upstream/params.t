@@ -57,6 +57,11 @@ for front in server plugin; do
   refused $front "upstream-partial-writes=maybe" \
     "upstream-partial-writes=maybe: not a boolean" upstream="$plain" \
     upstream-partial-writes=maybe
+  refused $front "upstream-timeout=soon" \
+    "upstream-timeout=soon: not a duration" upstream="$plain" \
+    upstream-timeout=soon
+  refused $front "upstream-timeout= without upstream=" \
+    "upstream-timeout=2s: needs upstream=" size=1M upstream-timeout=2
   refused $front "an upstream nobody serves" "cannot connect" \
     upstream="nbd+unix:///?socket=$tmpdir/nobody.sock"
 done
