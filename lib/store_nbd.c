@@ -37,6 +37,7 @@
  * sectors goes upstream as it is (partial_writes in store.h), on either
  * path: the upstream merges it, one round trip instead of a read and a
  * write. */
+#define _GNU_SOURCE             /* POLLRDHUP */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -156,9 +157,9 @@ conn_lost (struct nbd_store *u, struct conn *c)
 }
 
 /* One connection died: the upstream may have.  The pool's idle ones
- * that are readable (an idle connection has nothing to read but its
- * end) died too: closed now, so that the requests after do not each
- * find one more dead. */
+ * whose upstream hung up died too: closed now, so that the requests
+ * after do not each find one more dead.  (Hung up, not just readable: a
+ * TLS upstream may send session tickets to an idle connection.) */
 static void
 reap_idle (struct nbd_store *u)
 {
@@ -167,8 +168,9 @@ reap_idle (struct nbd_store *u)
     if (pthread_mutex_trylock (&c->lock) != 0)
       continue;
     struct pollfd p = { .fd = c->h ? nbd_aio_get_fd (c->h) : -1,
-                        .events = POLLIN };
-    if (p.fd >= 0 && poll (&p, 1, 0) == 1)
+                        .events = POLLRDHUP };
+    if (p.fd >= 0 && poll (&p, 1, 0) == 1 &&
+        (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
       conn_lost (u, c);
     pthread_mutex_unlock (&c->lock);
   }
