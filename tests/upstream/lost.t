@@ -11,9 +11,9 @@
 # with two event loops and with one.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
-need_fronts upstream-slots
-py=/usr/bin/python3
-$py -c 'import nbd' 2>/dev/null || skip_all "python3-libnbd is not installed"
+need nbdkit
+need_server
+need_pynbd
 
 # start_file_upstream MODE NAME: nbdkit file with multi-conn-mode=MODE
 # on $tmpdir/NAME.img (kept across restarts).
