@@ -264,7 +264,7 @@ static const struct s4k_store_ops next_ops = {
  * store. */
 static const char *const not_ours[] = {
   "size", "file", "direct", "io", "upstream", "upstream-connections",
-  "export", "exports", NULL
+  "upstream-timeout", "export", "exports", NULL
 };
 
 static bool

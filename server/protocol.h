@@ -75,6 +75,9 @@ uint8_t *slot_buf_alloc (struct pbuf *b, size_t cap, size_t keep);
 struct slot *slot_get (struct conn *c);
 /* Slot s's engine result r: its reply goes to c->out, s is free again. */
 void slot_done (struct conn *c, struct slot *s, int r);
+/* The engine's op of a request type (S4K_OP_EXTENTS for block status,
+ * which has no media time; S4K_OP_CACHE for the others). */
+enum s4k_op cmd_op (uint16_t type);
 /* The timing model: s's reply (result r) waits for its modelled
  * completion; false if there is nothing to wait for. */
 bool slot_delay (struct conn *c, struct slot *s, int r);
