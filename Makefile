@@ -5,12 +5,17 @@
 #   make check-tsan the concurrency tests with TSan
 #   make run        serve a 512e 10G device on nbd://localhost
 #                   (EXPORTS=512n,512e,512e-xp,4kn: one export per preset)
-#   make install    install the plugin into nbdkit's plugin directory
+#   make install    install everything (DESTDIR=, PREFIX=, default /usr/local):
+#                   the plugin and filter into nbdkit's directories, sect4k-server,
+#                   the tools, man pages and JSON schemas; make uninstall removes them
+#   make deb        the Debian packages (scripts/deb.mk), into DEB_OUT=
 
 PKG_CONFIG ?= pkg-config
 CC ?= cc
 PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share/sect4k
 PLUGINDIR ?= $(shell $(PKG_CONFIG) --variable=plugindir nbdkit 2>/dev/null)
 
 # SAN= (none), asan or tsan: each build lives in its own directory.
@@ -22,7 +27,7 @@ SAN_FLAGS := $(SAN_FLAGS_$(SAN))
 
 OPT ?= -O2 -g
 CFLAGS_ALL := -std=gnu11 $(OPT) -Wall -Wextra -Werror -fPIC -pthread \
-              -Iinclude $(SAN_FLAGS) $(CFLAGS)
+              -Iinclude $(SAN_FLAGS) $(CPPFLAGS) $(CFLAGS)
 LDFLAGS_ALL := -pthread $(SAN_FLAGS) $(LDFLAGS)
 # The nbdkit modules: the engine archive's symbols are not exported, so the
 # plugin and the filter loaded together each call their own engine, and
@@ -53,8 +58,10 @@ CLIENT_TESTS := $(patsubst tests/plugin/%.c,$(B)/tests/client-%,$(wildcard tests
 TEST_PROGS := $(UNIT_TESTS) $(CLIENT_TESTS)
 
 .DELETE_ON_ERROR:
-.PHONY: all check check-asan check-tsan deps run install uninstall clean test-progs
-all: $(PLUGIN) $(MANPAGE) test-progs
+.PHONY: all check check-asan check-tsan deps run install uninstall clean test-progs programs
+all: programs test-progs
+# What `make install` installs (the fragments add theirs), without the tests.
+programs: $(PLUGIN) $(MANPAGE)
 
 $(B)/%.o: %.c $(wildcard include/sect4k/*.h lib/*.h)
 	@mkdir -p $(dir $@)
@@ -100,15 +107,20 @@ check-tsan:
 run: $(PLUGIN)
 	@EXPORTS='$(EXPORTS)' scripts/sect4k-run $(RUN_ARGS)
 
+# The plugin goes where nbdkit looks for it (`nbdkit sect4k` loads
+# PLUGINDIR/nbdkit-sect4k-plugin.so), whatever PREFIX is; the fragments
+# add the filter, the server and the tools (install-*, uninstall-*).  The
+# Debian packages (debian/rules) install through this recipe too.
 install: $(PLUGIN) $(MANPAGE)
 	@test -n "$(PLUGINDIR)" || { echo "make install: pkg-config cannot find nbdkit's plugindir (install nbdkit-plugin-dev)"; exit 1; }
 	install -D -m 0755 $(PLUGIN) $(DESTDIR)$(PLUGINDIR)/nbdkit-sect4k-plugin.so
 	install -D -m 0644 $(MANPAGE) $(DESTDIR)$(MANDIR)/man1/$(MANPAGE)
 uninstall:
+	@test -n "$(PLUGINDIR)" || { echo "make uninstall: pkg-config cannot find nbdkit's plugindir (install nbdkit-plugin-dev)"; exit 1; }
 	rm -f $(DESTDIR)$(PLUGINDIR)/nbdkit-sect4k-plugin.so $(DESTDIR)$(MANDIR)/man1/$(MANPAGE)
 
 clean:
-	rm -rf build sect4k.so $(MANPAGE)
+	rm -rf build sect4k.so $(MANPAGE) sect4k-server sect4k-server.1 sect4k-crash.1
 
 # Further areas (server/, benchmarks, kernel tests) add their own targets.
 -include $(sort $(wildcard */*.mk */*/*.mk))

@@ -1,7 +1,7 @@
 # nbdkit-sect4k-filter: the engine over any nbdkit plugin.
 #   make             also builds ./sect4k-filter.so and its man page
 FILTER_MAN := nbdkit-sect4k-filter.1
-all: $(FILTER) $(FILTER_MAN)
+programs: $(FILTER) $(FILTER_MAN)
 
 $(FILTER): $(B)/plugin/sect4k-filter.o $(B)/plugin/glue.o $(ENGINE_LIB)
 	$(CC) $(SO_LDFLAGS) -o $@ $(filter %.o,$^) $(ENGINE_LIB) $(ENGINE_LIBS)
@@ -19,6 +19,11 @@ install-filter: $(FILTER) $(FILTER_MAN)
 	@test -n "$(FILTERDIR)" || { echo "make install: pkg-config cannot find nbdkit's filterdir"; exit 1; }
 	install -D -m 0755 $(FILTER) $(DESTDIR)$(FILTERDIR)/nbdkit-sect4k-filter.so
 	install -D -m 0644 $(FILTER_MAN) $(DESTDIR)$(MANDIR)/man1/$(FILTER_MAN)
+uninstall: uninstall-filter
+.PHONY: uninstall-filter
+uninstall-filter:
+	@test -n "$(FILTERDIR)" || { echo "make uninstall: pkg-config cannot find nbdkit's filterdir"; exit 1; }
+	rm -f $(DESTDIR)$(FILTERDIR)/nbdkit-sect4k-filter.so $(DESTDIR)$(MANDIR)/man1/$(FILTER_MAN)
 clean: clean-filter
 .PHONY: clean-filter
 clean-filter:

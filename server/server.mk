@@ -13,16 +13,17 @@ SERVER_MAN := sect4k-server.1
 # One connection's protocol, without sockets: what the fuzzer links too.
 CONN_SRCS := server/request.c server/handshake.c server/reply.c server/sched.c
 CONN_OBJS := $(CONN_SRCS:%.c=$(B)/%.o)
-SERVER_SRCS := server/main.c server/loop.c $(CONN_SRCS) server/configfs.c \
-  server/tcmu.c server/tls.c
+SERVER_SRCS := server/main.c server/captive.c server/loop.c $(CONN_SRCS) \
+  server/configfs.c server/tcmu.c server/tls.c
 GNUTLS_LIBS = $(shell $(PKG_CONFIG) --libs gnutls 2>/dev/null)
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(B)/%.o)
 SERVER_HDRS := $(wildcard server/*.h)
 # Replays the fuzz regression corpus in `make check` (no clang needed).
 FUZZ_REPLAY := $(B)/server/fuzz-replay
 
-.PHONY: fuzz fuzz-ci bench bench-server install-server
-all: $(SERVER) $(SERVER_MAN) $(FUZZ_REPLAY)
+.PHONY: fuzz fuzz-ci bench bench-server install-server uninstall-server
+programs: $(SERVER) $(SERVER_MAN)
+all: $(FUZZ_REPLAY)
 
 $(SERVER_OBJS) $(B)/server/fuzz.o: $(SERVER_HDRS)
 
@@ -75,5 +76,8 @@ bench-server: $(SERVER) $(PLUGIN)
 
 install: install-server
 install-server: $(SERVER) $(SERVER_MAN)
-	install -D -m 0755 $(SERVER) $(DESTDIR)$(PREFIX)/bin/sect4k-server
+	install -D -m 0755 $(SERVER) $(DESTDIR)$(BINDIR)/sect4k-server
 	install -D -m 0644 $(SERVER_MAN) $(DESTDIR)$(MANDIR)/man1/$(SERVER_MAN)
+uninstall: uninstall-server
+uninstall-server:
+	rm -f $(DESTDIR)$(BINDIR)/sect4k-server $(DESTDIR)$(MANDIR)/man1/$(SERVER_MAN)

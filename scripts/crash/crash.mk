@@ -5,7 +5,7 @@
 
 CRASH := $(B)/sect4k-crash
 CRASH_MAN := sect4k-crash.1
-all: $(CRASH) $(CRASH_MAN)
+programs: $(CRASH) $(CRASH_MAN)
 
 $(CRASH): scripts/crash/crash.c $(ENGINE_LIB) $(wildcard include/sect4k/*.h) server/nbd.h
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(ENGINE_LIBS)

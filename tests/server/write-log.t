@@ -179,6 +179,27 @@ def unaligned_4kn(name, start):
 unaligned_4kn("nbdkit", lambda *a: Nbdkit(*a))
 unaligned_4kn("sect4k-server", lambda *a: Server(*a))
 
+# Block status on sect4k-server over an upstream (whose extents run
+# asynchronously) is not a write: it was logged as one of zeroes.
+d = tempfile.mkdtemp(prefix="sect4k-wlog.")
+log = os.path.join(d, "log")
+with Nbdkit("1M", plugin="memory") as ups, \
+        Server("model=512e", "upstream=" + ups.uri, "write-log=" + log) as srv:
+    h = nbd.NBD()
+    h.add_meta_context(nbd.CONTEXT_BASE_ALLOCATION)
+    h.connect_uri(srv.uri)
+    h.pwrite(b"a" * 4096, 8192)
+    h.block_status(65536, 0, lambda *a: 0)
+    h.flush()
+    final = h.pread(SIZE, 0)
+    h.shutdown()
+    srv.stop()
+nr, entries = parse(log)
+got = [(f, o, n) for f, o, n, _ in entries]
+ok(got[1:] and got[1] == (0, 8192, 4096) and
+   all(f == FLUSH for f, _, _ in got[2:]) and replay(entries) == final,
+   "sect4k-server over an upstream: block status logs nothing: %s" % got)
+
 # Several exports: each its own log, named as statsfile= names them.
 d = tempfile.mkdtemp(prefix="sect4k-wlog.")
 with Server("write-log=" + os.path.join(d, "w.log"), "size=1M",
