@@ -46,6 +46,9 @@ struct s4k_dev {
   const char *name;             /* export name or NULL: for statistics */
   struct s4k_timing *timing;    /* NULL unless a timing key asks */
   struct s4k_wlog *wlog;        /* write-log=, or NULL */
+  struct s4k_atomic atomic;     /* atomic-write-*=: max 0, none */
+  bool write_atomic;            /* atomic writes go to the store's
+                                   write_atomic (the fault layer's) */
   _Atomic uint64_t *losses;     /* the store's (under any layer) */
 };
 
@@ -127,6 +130,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->counting = c->stats_count;
   d->store = store;
   d->name = c->name;
+  d->atomic = c->atomic;
   if (s4k_timing_enabled (&c->timing) &&
       !(d->timing = s4k_timing_new (&c->timing, &d->g))) {
     snprintf (err, errlen, "out of memory");
@@ -136,6 +140,8 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     return -ENOMEM;
   }
   d->lockfree_reads = store->lockfree_reads;
+  d->write_atomic = c->atomic.max && store->ops->write_atomic;
+  store->atomic_max = c->atomic.max;
   if (d->lockfree_reads) {
     store->contended = read_contended;
     store->contended_opaque = d;
@@ -154,7 +160,9 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     return -EINVAL;
   }
   d->fast_max = d->counting ? 0 : d->max_request;
-  d->fast_write_max = d->wlog ? 0 : d->fast_max;
+  /* A log entry, or a layer that must know which writes are atomic,
+   * needs the plan. */
+  d->fast_write_max = d->wlog || d->write_atomic ? 0 : d->fast_max;
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;
@@ -282,6 +290,12 @@ const char *
 s4k_dev_name (const struct s4k_dev *d)
 {
   return d->name;
+}
+
+const struct s4k_atomic *
+s4k_dev_atomic (const struct s4k_dev *d)
+{
+  return &d->atomic;
 }
 
 const struct s4k_geometry *
@@ -460,6 +474,10 @@ plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
   if (op == S4K_OP_ZERO && (flags & S4K_FAST_ZERO) &&
       !s4k_dev_can_fast_zero (d))
     return -ENOTSUP;
+  /* A drive refuses a write marked atomic that it cannot do whole. */
+  if (op == S4K_OP_WRITE && (flags & S4K_ATOMIC) &&
+      !s4k_atomic_fits (&d->atomic, len, off))
+    return -EINVAL;
   span_of (d, len, off, s);
   place (t, s);
   s->lock_first = s->first;
@@ -706,6 +724,19 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
   return r;
 }
 
+/* True if the device does the write q atomically: marked so (plan
+ * refused it if it does not fit, and nothing fits without atomic
+ * writes), or under implicit, it fits. */
+S4K_INLINE bool
+atomic_write (const struct s4k_dev *d, const struct request *q)
+{
+  return __builtin_expect (d->atomic.max != 0, 0) &&
+         q->op == S4K_OP_WRITE &&
+         ((q->flags & S4K_ATOMIC) ||
+          (!d->atomic.explicit_only &&
+           s4k_atomic_fits (&d->atomic, q->len, q->off)));
+}
+
 /* True if the request needs the cut-sector buffer (a trim leaves cut
  * sectors alone). */
 S4K_INLINE bool
@@ -754,7 +785,8 @@ wlog_request (struct s4k_dev *d, const struct request *q)
   if (q->op == S4K_OP_TRIM)
     return s4k_wlog_append (d->wlog, S4K_WLOG_DISCARD | fua, q->s.mid_start,
                             q->s.mid_end - q->s.mid_start, NULL);
-  const uint64_t flags = fua | (q->op == S4K_OP_ZERO ? S4K_WLOG_ZERO : 0);
+  const uint64_t flags = fua | (q->op == S4K_OP_ZERO ? S4K_WLOG_ZERO : 0) |
+                         (atomic_write (d, q) ? S4K_WLOG_ATOMIC : 0);
   const uint64_t lmask = d->g.logical - 1;
   const uint64_t off = q->off, end = off + q->len;
   const uint64_t start = off & ~lmask, stop = (end + lmask) & ~lmask;
@@ -929,6 +961,11 @@ lock:
   sq->fua = fua;
   if (!(sq->n = list_writes (d, q, sq->io)))
     goto done;                  /* a zero that left no cut sector */
+  /* Only a synchronous layer (the fault layer) has write_atomic. */
+  if (__builtin_expect (d->write_atomic, 0) && atomic_write (d, q)) {
+    r = d->store->ops->write_atomic (d->store, sq->io, sq->n, fua);
+    goto done;
+  }
 last:
   r = issue (d, sq, w);
   if (w && r == 1)
@@ -1024,7 +1061,12 @@ s4k_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
               struct iovec *iov, unsigned max)
 {
   uint64_t first, last;
-  if (!d->store->ops->read_iov)
+  /* A reference cannot vouch for an atomic write across chunks: with
+   * atomic writes, a read beyond one physical sector is copied. */
+  if (!d->store->ops->read_iov ||
+      (d->atomic.max && len &&
+       s4k_sector_index (&d->g, off) !=
+       s4k_sector_index (&d->g, off + len - 1)))
     return -ENOTSUP;
   if (whole_sectors (d, d->fast_max, len, off, &first, &last))
     return d->store->ops->read_iov (d->store, len, off, iov, max);
@@ -1045,7 +1087,8 @@ s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
            unsigned flags)
 {
   uint64_t first, last;
-  if (whole_sectors (d, d->fast_write_max, len, off, &first, &last)) {
+  if (!(flags & S4K_ATOMIC) &&
+      whole_sectors (d, d->fast_write_max, len, off, &first, &last)) {
     struct s4k_io io = { (void *) buf, len, off };
     s4k_lock (d->locks, first, last, false);
     int r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);

@@ -42,6 +42,7 @@ drop (struct s4k_fault *f, struct entry *e)
   s4k_sector_range (&f->g, e->k, &s, &end);
   f->dirty_bytes -= end - s;
   f->dirty_sectors--;
+  f->atomic_sectors -= e->atomic;
   free (e);
 }
 
@@ -59,9 +60,10 @@ drop_range (struct s4k_fault *f, uint64_t len, uint64_t off)
   }
 }
 
-/* Puts a piece's sectors in the table as dirty. */
-int
-stage (struct s4k_fault *f, const struct s4k_io *io)
+/* Puts a piece's sectors in the table as dirty.  Inline: stage's loop
+ * is every cached write's path. */
+static inline __attribute__ ((always_inline)) int
+stage_piece (struct s4k_fault *f, const struct s4k_io *io)
 {
   const char *buf = io->buf;
   for (uint64_t k = sector_of (f, io->off),
@@ -73,6 +75,7 @@ stage (struct s4k_fault *f, const struct s4k_io *io)
       if (!(e = malloc (sizeof *e + (end - s))))
         return -ENOMEM;
       e->k = k;
+      e->atomic = false;
       e->hnext = *slot (f, k);
       *slot (f, k) = e;
       e->next = NULL;
@@ -90,9 +93,57 @@ stage (struct s4k_fault *f, const struct s4k_io *io)
   return 0;
 }
 
-/* Makes a dirty sector durable. */
+/* stage with atomic units about: an atomic write takes in the units
+ * that lie within its sectors (kept, it leaves them overwritten;
+ * dropped, it takes them along: both are what a drive may do with two
+ * unflushed writes), and settles those that stick out; a plain write
+ * settles every unit it touches, whose bytes it may hold after an RMW
+ * (torn, it would tear them). */
+static __attribute__ ((noinline)) int
+stage_units (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
+             bool atomic)
+{
+  const uint64_t first = sector_of (f, io[0].off);
+  const uint64_t last = sector_of (f, io[n - 1].off + io[n - 1].len - 1);
+  int r = 0;
+  for (uint64_t k = first; r == 0 && k <= last && f->atomic_sectors; k++) {
+    struct entry *e = lookup (f, k);
+    if (!e || !e->atomic)
+      continue;
+    if (atomic && e->gfirst >= first && e->glast <= last) {
+      e->atomic = false;
+      f->atomic_sectors--;
+    }
+    else
+      r = destage (f, e);
+  }
+  for (unsigned i = 0; i < n && r == 0; i++)
+    r = stage_piece (f, &io[i]);
+  for (uint64_t k = first; atomic && r == 0 && k <= last; k++) {
+    struct entry *e = lookup (f, k);
+    e->atomic = true;
+    e->gfirst = first;
+    e->glast = last;
+    f->atomic_sectors++;
+  }
+  return r;
+}
+
 int
-destage (struct s4k_fault *f, struct entry *e)
+stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
+       bool atomic)
+{
+  if (__builtin_expect (atomic || f->atomic_sectors, 0))
+    return stage_units (f, io, n, atomic);
+  int r = 0;
+  for (unsigned i = 0; i < n && r == 0; i++)
+    r = stage_piece (f, &io[i]);
+  return r;
+}
+
+/* Makes a dirty sector durable. */
+static int
+destage_one (struct s4k_fault *f, struct entry *e)
 {
   uint64_t s, end;
   s4k_sector_range (&f->g, e->k, &s, &end);
@@ -100,6 +151,32 @@ destage (struct s4k_fault *f, struct entry *e)
   int r = f->inner->ops->write (f->inner, &io, 1, false);
   if (r == 0)
     drop (f, e);
+  return r;
+}
+
+/* An atomic unit goes whole: the cut cannot come between its sectors
+ * (the layer's mutex is held). */
+int
+destage (struct s4k_fault *f, struct entry *e)
+{
+  if (!e->atomic)
+    return destage_one (f, e);
+  int r = 0;
+  for (uint64_t k = e->gfirst, last = e->glast; r == 0 && k <= last; k++)
+    r = destage_one (f, lookup (f, k));
+  return r;
+}
+
+int
+settle_units (struct s4k_fault *f, uint64_t len, uint64_t off)
+{
+  int r = 0;
+  for (uint64_t k = sector_of (f, off), last = sector_of (f, off + len - 1);
+       r == 0 && k <= last; k++) {
+    struct entry *e = lookup (f, k);
+    if (e && e->atomic)
+      r = destage (f, e);
+  }
   return r;
 }
 

@@ -73,6 +73,12 @@ struct s4k_store_ops {
   int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
   int (*write) (struct s4k_store *s, const struct s4k_io *io, unsigned n,
                 bool fua);
+  /* Optional: a write the device does atomically (README "Atomic
+   * writes"): all of it or none at a power cut.  Only a synchronous
+   * store that can lose part of a write (the fault layer) has it; the
+   * others get write, which no power cut interrupts. */
+  int (*write_atomic) (struct s4k_store *s, const struct s4k_io *io,
+                       unsigned n, bool fua);
   /* Optional, with lockfree_reads: a read the caller holds the shared
    * sector locks of (see `contended` in struct s4k_store). */
   int (*read_locked) (struct s4k_store *s, const struct s4k_io *io,
@@ -147,6 +153,11 @@ struct s4k_store {
    * torn-write model, an upstream asked for whole sectors) leaves it
    * false. */
   bool partial_writes;
+  /* Set by the engine (0: none): a write of at most this many bytes may
+   * be atomic (README "Atomic writes"), so a store with lockfree_reads
+   * must keep every such write whole to a read, across its chunks too
+   * (the memory store: see "Atomic writes" at its top). */
+  uint32_t atomic_max;
   /* Times writes the store had acknowledged may have been lost (an
    * upstream connection died before a flush covered them); 0 for a store
    * that cannot lose any.  The engine tells each client connection at

@@ -79,7 +79,22 @@
  *   them copies the data pieces with s4k_read_piece (sect4k-server
  *   does), and only holes (zeroes) go out by reference.
  * - The slot's flag and sector bits change by atomic RMW; a read only
- *   loads the slot. */
+ *   loads the slot.
+ * - Atomic writes (atomic_max, set by the engine): a write that may be
+ *   atomic (at most atomic_max bytes) and spans chunks begins the words
+ *   of all its chunks, copies, then ends them all, so it is active on
+ *   every chunk while any of its bytes change.  A read that spans
+ *   chunks within one atomic unit (a naturally aligned atomic_max of
+ *   device bytes: no atomic write crosses one; with an alignment
+ *   offset even a unit no larger than a chunk spans two) loads the
+ *   words of all those chunks, copies them all, and keeps the copy
+ *   only if none was active and their sum is unchanged (every word
+ *   only grows, so an equal sum is every word unchanged; a leaf that
+ *   appears meanwhile adds its word).  Then there is a moment between the last first
+ *   load and the first second load at which no chunk read was being
+ *   written and every copy holds that moment's bytes: a spanning write
+ *   had either begun none of those chunks then or ended them all.
+ *   Reads and writes within one chunk are as above. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -326,22 +341,18 @@ sub_bits_of (const struct mem_store *m, uint64_t co, uint64_t n)
   return ((((uintptr_t) 2 << b) - ((uintptr_t) 1 << a))) << SUB_SHIFT;
 }
 
-/* write_chunk when a node or the chunk is missing, or it is released,
- * or lacks bits: makes the chunk ready, then copies. */
-static __attribute__ ((noinline)) int
-write_chunk_slow (struct mem_store *m, uint64_t ci, uint64_t co,
-                  const char *buf, uint64_t n, uintptr_t bits)
+/* Makes the chunk in slot ready (installed, not released, with bits)
+ * and copies, inside the writer's section: the chunk reads as zeroes
+ * until the copy, so the slot changes inside it too (see the top). */
+static int
+fill_chunk (struct mem_store *m, _Atomic uintptr_t *slot, char *p,
+            uint64_t co, const char *buf, uint64_t n, uintptr_t bits)
 {
-  _Atomic uintptr_t *slot = slot_make (m, ci);
-  if (!slot)
-    return -ENOMEM;
   uintptr_t e = atomic_load_explicit (slot, memory_order_acquire);
-  char *p = NULL;
-  if (e == 0 && !(p = carve (m, &tl_slab.chunks, m->chunk)))
+  if (e && p)                   /* a neighbour's writer installed one */
+    uncarve (m, &tl_slab.chunks, p, m->chunk);
+  if (e == 0 && !p && !(p = carve (m, &tl_slab.chunks, m->chunk)))
     return -ENOMEM;
-  /* The chunk reads as zeroes until the copy: the slot changes inside
-   * the writer's section too (see the top). */
-  seq_begin (slot);
   if (e == 0) {
     if (atomic_compare_exchange_strong (slot, &e, (uintptr_t) p)) {
       atomic_fetch_add (&m->data_bytes, m->chunk);
@@ -359,8 +370,26 @@ write_chunk_slow (struct mem_store *m, uint64_t ci, uint64_t co,
   if ((e & bits) != bits)
     atomic_fetch_or (slot, bits);
   memcpy ((char *) (e & ~SLOT_FLAGS) + co, buf, n);
-  seq_end (slot);
   return 0;
+}
+
+/* write_chunk when a node or the chunk is missing, or it is released,
+ * or lacks bits: makes the chunk ready, then copies. */
+static __attribute__ ((noinline)) int
+write_chunk_slow (struct mem_store *m, uint64_t ci, uint64_t co,
+                  const char *buf, uint64_t n, uintptr_t bits)
+{
+  _Atomic uintptr_t *slot = slot_make (m, ci);
+  if (!slot)
+    return -ENOMEM;
+  char *p = NULL;
+  if (atomic_load_explicit (slot, memory_order_acquire) == 0 &&
+      !(p = carve (m, &tl_slab.chunks, m->chunk)))
+    return -ENOMEM;
+  seq_begin (slot);
+  int r = fill_chunk (m, slot, p, co, buf, n, bits);
+  seq_end (slot);
+  return r;
 }
 
 /* Walks [off, off+len) chunk by chunk. */
@@ -391,7 +420,7 @@ copy_chunk (uintptr_t e, uint64_t co, char *buf, uint64_t n)
  * that met a writer, under the engine's locks (see the top).  With no
  * engine over it (a layer that serializes its calls, so no writer runs
  * during one), it tries until it succeeds. */
-static int
+static inline __attribute__ ((always_inline)) int
 read_chunk (struct mem_store *m, uint64_t ci, uint64_t co, char *buf,
             uint64_t n, uint64_t off)
 {
@@ -452,6 +481,77 @@ one_chunk (const struct mem_store *m, uint64_t off, uint64_t len,
   return len <= m->chunk - *co;
 }
 
+/* The sum of the words of the chunks of [off, off+len) that have a
+ * leaf; *active if a writer is active on one. */
+static uint64_t
+seq_sum (const struct mem_store *m, uint64_t off, uint64_t len,
+         memory_order order, bool *active)
+{
+  uint64_t sum = 0;
+  FOR_EACH_CHUNK (m, off, len, ci, co, n) {
+    uint64_t span;
+    _Atomic uintptr_t *slot = slot_find (m, ci, &span);
+    if (slot) {
+      uint64_t v = atomic_load_explicit (seq_of (slot), order);
+      *active |= (v & SEQ_ACTIVE) != 0;
+      sum += v;
+    }
+  }
+  return sum;
+}
+
+/* [off, off+len) in several chunks but one atomic unit, checked as one
+ * (see "Atomic writes" at the top); after READ_TRIES, under the
+ * engine's locks. */
+static __attribute__ ((noinline)) int
+read_span (struct mem_store *m, char *buf, uint64_t len, uint64_t off)
+{
+  for (unsigned t = 0;; t++) {
+    if (t == READ_TRIES && m->base.contended) {
+      const struct s4k_io io = { buf, len, off };
+      return m->base.contended (m->base.contended_opaque, &io);
+    }
+    bool active = false;
+    const uint64_t v = seq_sum (m, off, len, memory_order_acquire, &active);
+    if (__builtin_expect (active, 0)) {
+      __builtin_ia32_pause ();
+      continue;
+    }
+    char *p = buf;
+    FOR_EACH_CHUNK (m, off, len, ci, co, n) {
+      uint64_t span;
+      _Atomic uintptr_t *slot = slot_find (m, ci, &span);
+      copy_chunk (slot ? atomic_load_explicit (slot, memory_order_acquire)
+                       : RELEASED, co, p, n);
+      p += n;
+    }
+    seq_fence (memory_order_acquire);
+    if (__builtin_expect (seq_sum (m, off, len, memory_order_relaxed,
+                                   &active) == v, 1))
+      return 0;
+  }
+}
+
+/* A piece spanning chunks, with atomic writes: unit by unit, each unit
+ * in one chunk read as usual, else checked as one.  Out of line: reads
+ * without atomic writes pay for a test only. */
+static __attribute__ ((noinline)) int
+read_units (struct mem_store *m, char *buf, uint64_t len, uint64_t off)
+{
+  const uint64_t unit = m->base.atomic_max;
+  for (uint64_t end = off + len, n; off < end; off += n, buf += n) {
+    const uint64_t next = (off | (unit - 1)) + 1;
+    uint64_t ci, co;
+    n = (next < end ? next : end) - off;
+    int r = one_chunk (m, off, n, &ci, &co)
+            ? read_chunk (m, ci, co, buf, n, off)
+            : read_span (m, buf, n, off);
+    if (r)
+      return r;
+  }
+  return 0;
+}
+
 /* The general case of mem_read: out of line, so the one-chunk case
  * pays for no loop. */
 static __attribute__ ((noinline)) int
@@ -460,6 +560,15 @@ read_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
   for (unsigned i = 0; i < nio; i++) {
     char *buf = io[i].buf;
     uint64_t off = io[i].off;
+    /* Units span chunks when larger, or off chunk boundaries (an
+     * alignment offset: units start at multiples from LBA 0). */
+    if (__builtin_expect (m->base.atomic_max != 0, 0) &&
+        (m->base.atomic_max > m->chunk || m->shift)) {
+      int r = read_units (m, buf, io[i].len, off);
+      if (r)
+        return r;
+      continue;
+    }
     FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {
       int r = read_chunk (m, ci, co, buf, n, off);
       off += n;
@@ -523,9 +632,35 @@ mem_read_locked (struct s4k_store *s, const struct s4k_io *io, unsigned nio)
   return 0;
 }
 
+/* A write that may be atomic, spanning chunks: every chunk's word begun
+ * before any byte changes, ended after the last (see "Atomic writes"
+ * at the top).  The nodes on the way are made first, outside. */
+static __attribute__ ((noinline)) int
+write_span (struct mem_store *m, const char *buf, uint64_t len, uint64_t off)
+{
+  FOR_EACH_CHUNK (m, off, len, ci, co, n)
+    if (!slot_make (m, ci))
+      return -ENOMEM;
+  uint64_t span;
+  FOR_EACH_CHUNK (m, off, len, ci, co, n)
+    seq_begin (slot_find (m, ci, &span));
+  int r = 0;
+  FOR_EACH_CHUNK (m, off, len, ci, co, n) {
+    if (r == 0)
+      r = fill_chunk (m, slot_find (m, ci, &span), NULL, co, buf,
+                      n, sub_bits_of (m, co, n));
+    buf += n;
+  }
+  FOR_EACH_CHUNK (m, off, len, ci, co, n)
+    seq_end (slot_find (m, ci, &span));
+  return r;
+}
+
 static __attribute__ ((noinline)) int
 write_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
 {
+  if (__builtin_expect (nio == 1 && io->len <= m->base.atomic_max, 0))
+    return write_span (m, io->buf, io->len, io->off);
   for (unsigned i = 0; i < nio; i++) {
     const char *buf = io[i].buf;
     FOR_EACH_CHUNK (m, io[i].off, io[i].len, ci, co, n) {

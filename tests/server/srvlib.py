@@ -17,6 +17,18 @@ SERVER = os.environ.get("SECT4K_SERVER") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "sect4k-server")
 
 
+def front_ends():
+    """(name, make, plugin) for the nbdkit plugin and sect4k-server, in
+    that order: make(*keys) serves them (a context manager); the server
+    is skipped with one ok line when it is not built."""
+    from tap import Nbdkit, ok
+    yield "nbdkit", lambda *a: Nbdkit(*a), True
+    if os.access(SERVER, os.X_OK):
+        yield "sect4k-server", lambda *a: Server(*a), False
+    else:
+        ok(True, "# skip sect4k-server is not built")
+
+
 def need_server():
     if not os.access(SERVER, os.X_OK):
         skip_all("%s is not built" % SERVER)
