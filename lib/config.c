@@ -57,6 +57,7 @@ const char s4k_config_help[] =
   "write-log=PATH        Log every write, zero, trim, flush and mark with its\n"
   "                      data, in dm-log-writes' format (docs/write-log.md).\n"
   S4K_FAULT_HELP
+  S4K_ATOMIC_HELP
   "timing=hdd7200|ssd|none  Model a drive's service time: presets for the\n"
   "                      keys below (default none: no delay).\n"
   "latency-read=DURATION Base time per read, e.g. 500us, 4ms (default 0).\n"
@@ -294,6 +295,9 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
     r = s4k_timing_set (&c->timing, key, value, err, errlen);
     if (r != 1)
       return r;
+    r = s4k_atomic_set (&c->atomic, key, value, err, errlen);
+    if (r != 1)
+      return r;
     snprintf (err, errlen, "%s=%s: unknown parameter (see --help)",
               key, value);
     return -1;
@@ -380,6 +384,8 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
     return -1;
   }
   if (s4k_fault_config_finish (&c->fault, g, err, errlen) == -1)
+    return -1;
+  if (s4k_atomic_finish (&c->atomic, g, c->max_request, err, errlen) == -1)
     return -1;
   return s4k_timing_finish (&c->timing, err, errlen);
 }

@@ -46,6 +46,7 @@ struct s4k_dev {
   const char *name;             /* export name or NULL: for statistics */
   struct s4k_timing *timing;    /* NULL unless a timing key asks */
   struct s4k_wlog *wlog;        /* write-log=, or NULL */
+  struct s4k_atomic atomic;     /* atomic-write-*=: max 0, none */
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -125,6 +126,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->counting = c->stats_count;
   d->store = store;
   d->name = c->name;
+  d->atomic = c->atomic;
   if (s4k_timing_enabled (&c->timing) &&
       !(d->timing = s4k_timing_new (&c->timing, &d->g))) {
     snprintf (err, errlen, "out of memory");
@@ -245,6 +247,12 @@ const char *
 s4k_dev_name (const struct s4k_dev *d)
 {
   return d->name;
+}
+
+const struct s4k_atomic *
+s4k_dev_atomic (const struct s4k_dev *d)
+{
+  return &d->atomic;
 }
 
 const struct s4k_geometry *
@@ -423,6 +431,9 @@ plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
   if (op == S4K_OP_ZERO && (flags & S4K_FAST_ZERO) &&
       !s4k_dev_can_fast_zero (d))
     return -ENOTSUP;
+  /* A drive refuses a write marked atomic that it cannot do whole. */
+  if ((flags & S4K_ATOMIC) && !s4k_atomic_fits (&d->atomic, len, off))
+    return -EINVAL;
   span_of (d, len, off, s);
   place (t, s);
   s->lock_first = s->first;
@@ -1005,7 +1016,8 @@ s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
            unsigned flags)
 {
   uint64_t first, last;
-  if (whole_sectors (d, d->fast_write_max, len, off, &first, &last)) {
+  if (!(flags & S4K_ATOMIC) &&
+      whole_sectors (d, d->fast_write_max, len, off, &first, &last)) {
     struct s4k_io io = { (void *) buf, len, off };
     s4k_lock (d->locks, first, last, false);
     int r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);

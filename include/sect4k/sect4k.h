@@ -132,6 +132,24 @@ struct s4k_atomic {
  * a->max is 0). */
 bool s4k_atomic_fits (const struct s4k_atomic *a, uint64_t len,
                       uint64_t off);
+/* The atomic keys (lib/atomic.c): 1 if key is not one of them, else 0
+ * or -1 (err filled).  finish checks them against the geometry and
+ * fills the defaults (min: the physical sector). */
+int s4k_atomic_set (struct s4k_atomic *a, const char *key,
+                    const char *value, char *err, size_t errlen);
+int s4k_atomic_finish (struct s4k_atomic *a, const struct s4k_geometry *g,
+                       uint32_t max_request, char *err, size_t errlen);
+#define S4K_ATOMIC_HELP                                                      \
+  "atomic-write-max=SIZE Largest atomic (untorn) write: a power of two, a\n" \
+  "                      multiple of physical, at most max-request (default\n" \
+  "                      0: no atomic writes).\n"                           \
+  "atomic-write-min=SIZE Atomic granularity and alignment: a power of two,\n" \
+  "                      a multiple of logical (default: physical).\n"     \
+  "atomic-write-boundary=SIZE  No atomic write crosses a multiple of it: a\n" \
+  "                      power of two >= atomic-write-max (default 0: none).\n" \
+  "atomic-writes=implicit|explicit  Every write that fits the limits is\n" \
+  "                      atomic (default implicit), or only writes marked\n" \
+  "                      atomic (SCSI WRITE ATOMIC(16)).\n"
 
 struct s4k_config {
   struct s4k_geometry geom;

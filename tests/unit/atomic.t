@@ -1,0 +1,2 @@
+#!/bin/sh
+exec "$SECT4K_BUILD/tests/unit-atomic"
