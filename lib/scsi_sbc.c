@@ -137,21 +137,20 @@ cmd_write_atomic16 (struct ctx *x)
   const uint8_t *c = x->cdb;
   const uint64_t lba = get64 (c + 2);
   const uint32_t n = get16 (c + 12);
-  const uint32_t gran = atomic_min_blocks (lun);
-  const uint32_t bound = lun->p.atomic.boundary >> lun->lshift;
+  const uint32_t gran = atomic_min_blocks (lun), unit = atomic_max_blocks (lun);
   /* ATOMIC BOUNDARY: MAXIMUM ATOMIC BOUNDARY SIZE is 0, so only 0. */
   if (get16 (c + 10))
     return bad_cdb (cmd, 10, -1);
   /* TRANSFER LENGTH above MAXIMUM ATOMIC TRANSFER LENGTH, or not a
    * multiple of ATOMIC TRANSFER LENGTH GRANULARITY. */
-  if (n > atomic_max_blocks (lun) || (gran && n % gran))
+  if (n > unit || (gran && n % gran))
     return bad_cdb (cmd, 12, -1);
   if (n == 0 ? lba > lun->blocks : !in_range (lun, lba, n))
     return out_of_range (cmd);
-  /* The LBA not a multiple of ATOMIC ALIGNMENT, or the write crossing the
-   * device's atomic boundary. */
-  if ((gran && lba % gran) ||
-      (bound && n && lba / bound != (lba + n - 1) / bound))
+  /* The LBA not a multiple of ATOMIC ALIGNMENT, or the write crossing a
+   * multiple of the maximum: the engine's atomic unit is naturally
+   * aligned (s4k_atomic_fits), which Block Limits cannot say. */
+  if ((gran && lba % gran) || (n && lba / unit != (lba + n - 1) / unit))
     return bad_cdb (cmd, 2, -1);
   if (lun->p.readonly)
     return write_protected (cmd);
