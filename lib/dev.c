@@ -154,7 +154,10 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     return -EINVAL;
   }
   d->fast_max = d->counting ? 0 : d->max_request;
-  d->fast_write_max = d->wlog ? 0 : d->fast_max;
+  /* A log entry, or a layer that must know which writes are atomic,
+   * needs the plan. */
+  d->fast_write_max = d->wlog || (d->atomic.max && d->fault) ? 0
+                                                             : d->fast_max;
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;
@@ -486,6 +489,7 @@ struct request {
   bool partial;                 /* a write that cuts sectors, sent as it
                                    is: the store merges it */
   bool exact;                   /* a read of just its bytes, no lock */
+  bool atomic;                  /* a write the device does atomically */
   char *cut;                    /* 2P: the head sector, then the tail */
   struct span s;
   struct tally t;
@@ -633,6 +637,8 @@ store_call (struct s4k_store *st, const struct s4k_store_req *sq)
   case S4K_REQ_READ:
     return st->ops->read (st, sq->io, sq->n);
   case S4K_REQ_WRITE:
+    if (sq->atomic && st->ops->write_atomic)
+      return st->ops->write_atomic (st, sq->io, sq->n, sq->fua);
     return st->ops->write (st, sq->io, sq->n, sq->fua);
   case S4K_REQ_ZERO:
     return st->ops->zero (st, sq->io[0].len, sq->io[0].off, sq->may_trim,
@@ -677,6 +683,12 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
   int r = plan (d, op, len, off, flags, &q->s, &q->t);
   q->partial = op == S4K_OP_WRITE && d->partial_writes && r == 0 &&
                cuts (q);
+  /* Marked atomic (it fits: plan refused it otherwise), or implicit and
+   * it fits. */
+  q->atomic = op == S4K_OP_WRITE && r == 0 &&
+              ((flags & S4K_ATOMIC) ||
+               (d->atomic.max && !d->atomic.explicit_only &&
+                s4k_atomic_fits (&d->atomic, len, off)));
   return r;
 }
 
@@ -728,7 +740,8 @@ wlog_request (struct s4k_dev *d, const struct request *q)
   if (q->op == S4K_OP_TRIM)
     return s4k_wlog_append (d->wlog, S4K_WLOG_DISCARD | fua, q->s.mid_start,
                             q->s.mid_end - q->s.mid_start, NULL);
-  const uint64_t flags = fua | (q->op == S4K_OP_ZERO ? S4K_WLOG_ZERO : 0);
+  const uint64_t flags = fua | (q->op == S4K_OP_ZERO ? S4K_WLOG_ZERO : 0) |
+                         (q->atomic ? S4K_WLOG_ATOMIC : 0);
   const uint64_t lmask = d->g.logical - 1;
   const uint64_t off = q->off, end = off + q->len;
   const uint64_t start = off & ~lmask, stop = (end + lmask) & ~lmask;
@@ -898,6 +911,7 @@ lock:
   q->stage = ST_WRITE;
   sq->kind = S4K_REQ_WRITE;
   sq->fua = fua;
+  sq->atomic = q->atomic;
   if (!(sq->n = list_writes (d, q, sq->io)))
     goto done;                  /* a zero that left no cut sector */
 last:

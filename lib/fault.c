@@ -82,9 +82,10 @@ fault_read (struct s4k_store *s, const struct s4k_io *io, unsigned n)
   return r;
 }
 
+/* atomic: the sectors are kept or dropped together at a cut. */
 static int
-fault_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
-             bool fua)
+write_any (struct s4k_store *s, const struct s4k_io *io, unsigned n,
+           bool fua, bool atomic)
 {
   struct s4k_fault *f = (struct s4k_fault *) s;
   int r = 0;
@@ -95,24 +96,24 @@ fault_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
   else if (f->cfg.power_cut_after && ++f->writes == f->cfg.power_cut_after) {
     /* In flight at the cut: at risk like unflushed data, and never
      * answered with success. */
-    for (unsigned i = 0; i < n && r == 0; i++)
-      r = stage (f, &io[i]);
+    r = stage (f, io, n, atomic);
     if (r == 0)
       cut_locked (f, f->cfg.torn, "power-cut-after", NULL);
     r = -EIO;
     cut = true;
   }
   else if (f->cfg.write_cache && !fua) {
-    for (unsigned i = 0; i < n && r == 0; i++)
-      r = stage (f, &io[i]);
+    r = stage (f, io, n, atomic);
     while (r == 0 && f->dirty_bytes > f->cfg.write_cache_size)
       r = destage (f, f->oldest);
   }
   else {
     /* FUA: durable now, newer than anything dirty for these sectors. */
-    for (unsigned i = 0; i < n; i++)
-      drop_range (f, io[i].len, io[i].off);
-    r = f->inner->ops->write (f->inner, io, n, fua);
+    for (unsigned i = 0; i < n && r == 0; i++)
+      if ((r = settle (f, io[i].len, io[i].off)) == 0)
+        drop_range (f, io[i].len, io[i].off);
+    if (r == 0)
+      r = f->inner->ops->write (f->inner, io, n, fua);
   }
   for (unsigned i = 0; i < n && r == 0; i++)
     r = clear_bad (f, io[i].len, io[i].off);
@@ -123,13 +124,29 @@ fault_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
 }
 
 static int
+fault_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
+             bool fua)
+{
+  return write_any (s, io, n, fua, false);
+}
+
+/* Without the cache the write reaches the store under the mutex, all of
+ * it before a cut can run; with it, stage keeps it one unit. */
+static int
+fault_write_atomic (struct s4k_store *s, const struct s4k_io *io,
+                    unsigned n, bool fua)
+{
+  return write_any (s, io, n, fua, true);
+}
+
+static int
 fault_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
             bool fua)
 {
   struct s4k_fault *f = (struct s4k_fault *) s;
   int r = -EIO;
   pthread_mutex_lock (&f->m);
-  if (!stale (f)) {
+  if (!stale (f) && (r = settle (f, len, off)) == 0) {
     drop_range (f, len, off);
     r = f->inner->ops->zero (f->inner, len, off, may_trim, fua);
     if (r == 0)
@@ -145,7 +162,7 @@ fault_trim (struct s4k_store *s, uint64_t len, uint64_t off, bool fua)
   struct s4k_fault *f = (struct s4k_fault *) s;
   int r = -EIO;
   pthread_mutex_lock (&f->m);
-  if (!stale (f)) {
+  if (!stale (f) && (r = settle (f, len, off)) == 0) {
     drop_range (f, len, off);
     r = f->inner->ops->trim (f->inner, len, off, fua);
     if (r == 0)
@@ -222,6 +239,7 @@ static const struct s4k_store_ops fault_ops = {
   .name = "faults",
   .read = fault_read,
   .write = fault_write,
+  .write_atomic = fault_write_atomic,
   .zero = fault_zero,
   .trim = fault_trim,
   .flush = fault_flush,

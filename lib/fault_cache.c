@@ -42,6 +42,7 @@ drop (struct s4k_fault *f, struct entry *e)
   s4k_sector_range (&f->g, e->k, &s, &end);
   f->dirty_bytes -= end - s;
   f->dirty_sectors--;
+  f->atomic_sectors -= e->atomic;
   free (e);
 }
 
@@ -60,8 +61,8 @@ drop_range (struct s4k_fault *f, uint64_t len, uint64_t off)
 }
 
 /* Puts a piece's sectors in the table as dirty. */
-int
-stage (struct s4k_fault *f, const struct s4k_io *io)
+static int
+stage_piece (struct s4k_fault *f, const struct s4k_io *io)
 {
   const char *buf = io->buf;
   for (uint64_t k = sector_of (f, io->off),
@@ -73,6 +74,7 @@ stage (struct s4k_fault *f, const struct s4k_io *io)
       if (!(e = malloc (sizeof *e + (end - s))))
         return -ENOMEM;
       e->k = k;
+      e->atomic = false;
       e->hnext = *slot (f, k);
       *slot (f, k) = e;
       e->next = NULL;
@@ -90,9 +92,29 @@ stage (struct s4k_fault *f, const struct s4k_io *io)
   return 0;
 }
 
-/* Makes a dirty sector durable. */
 int
-destage (struct s4k_fault *f, struct entry *e)
+stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
+       bool atomic)
+{
+  const uint64_t first = sector_of (f, io[0].off);
+  const uint64_t last = sector_of (f, io[n - 1].off + io[n - 1].len - 1);
+  const uint64_t off = io[0].off, len = io[n - 1].off + io[n - 1].len - off;
+  int r = settle (f, len, off);
+  for (unsigned i = 0; i < n && r == 0; i++)
+    r = stage_piece (f, &io[i]);
+  for (uint64_t k = first; atomic && r == 0 && k <= last; k++) {
+    struct entry *e = lookup (f, k);
+    e->atomic = true;
+    e->gfirst = first;
+    e->glast = last;
+    f->atomic_sectors++;
+  }
+  return r;
+}
+
+/* Makes a dirty sector durable. */
+static int
+destage_one (struct s4k_fault *f, struct entry *e)
 {
   uint64_t s, end;
   s4k_sector_range (&f->g, e->k, &s, &end);
@@ -100,6 +122,34 @@ destage (struct s4k_fault *f, struct entry *e)
   int r = f->inner->ops->write (f->inner, &io, 1, false);
   if (r == 0)
     drop (f, e);
+  return r;
+}
+
+/* An atomic unit goes whole: the cut cannot come between its sectors
+ * (the layer's mutex is held). */
+int
+destage (struct s4k_fault *f, struct entry *e)
+{
+  if (!e->atomic)
+    return destage_one (f, e);
+  int r = 0;
+  for (uint64_t k = e->gfirst, last = e->glast; r == 0 && k <= last; k++)
+    r = destage_one (f, lookup (f, k));
+  return r;
+}
+
+int
+settle (struct s4k_fault *f, uint64_t len, uint64_t off)
+{
+  if (!f->atomic_sectors)
+    return 0;
+  int r = 0;
+  for (uint64_t k = sector_of (f, off), last = sector_of (f, off + len - 1);
+       r == 0 && k <= last; k++) {
+    struct entry *e = lookup (f, k);
+    if (e && e->atomic)
+      r = destage (f, e);
+  }
   return r;
 }
 

@@ -35,6 +35,42 @@ prng_below (struct s4k_fault *f, unsigned n)
 const char *const torn_names[] =
   { "none", "sector", "unreadable", "garbage", "zero" };
 
+/* An atomic unit's outcome: kept or reverted, every sector alike, as
+ * reported (one "sectors" line each, and one line in "atomic"). */
+static int
+cut_unit (struct s4k_fault *f, struct entry *e, enum s4k_torn torn,
+          unsigned n, FILE *fp, FILE *units, const char **sep,
+          bool *kept_out)
+{
+  const uint32_t L = f->g.logical;
+  const bool kept = torn != S4K_TORN_NONE && prng_below (f, 2) == 0;
+  *kept_out = kept;
+  const uint64_t first = e->gfirst, last = e->glast;
+  uint64_t s, end, s2;
+  s4k_sector_range (&f->g, first, &s, &end);
+  s4k_sector_range (&f->g, last, &s2, &end);
+  fprintf (units, "%s\n  {\"lba\": %" PRIu64 ", \"lbas\": %" PRIu64
+           ", \"sectors\": [%" PRIu64 ", %" PRIu64 "], \"outcome\": \"%s\"}",
+           n ? "," : "", s / L, (end - s) / L, first, last,
+           kept ? "kept" : "dropped");
+  for (uint64_t k = first; k <= last; k++) {
+    s4k_sector_range (&f->g, k, &s, &end);
+    fprintf (fp, "%s\n  {\"sector\": %" PRIu64 ", \"lba\": %" PRIu64
+             ", \"lbas\": %" PRIu64 ", \"outcome\": \"%s\", \"atomic\": %u}",
+             *sep, k, s / L, (end - s) / L, kept ? "kept" : "reverted", n);
+    *sep = ",";
+  }
+  if (kept) {
+    int r = destage (f, e);
+    if (r == 0 && f->bad.n)
+      r = bad_remove (&f->bad, first, last) < 0 ? -ENOMEM : 0;
+    return r;
+  }
+  for (uint64_t k = first; k <= last; k++)
+    drop (f, lookup (f, k));
+  return 0;
+}
+
 /* Gives every dirty sector its outcome, oldest first, and reports it.
  * Called with the mutex held. */
 int
@@ -42,9 +78,11 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
             char **report)
 {
   const uint32_t L = f->g.logical;
-  char *rep = NULL;
-  size_t replen = 0;
+  char *rep = NULL, *urep = NULL;
+  size_t replen = 0, ureplen = 0;
   FILE *fp = open_memstream (&rep, &replen);
+  FILE *units = open_memstream (&urep, &ureplen);
+  unsigned nunits = 0, unit_counts[2] = { 0 };
   char *old = malloc (f->g.physical);
   int r = 0;
   enum { KEPT, REVERTED, TORN, UNREADABLE, GARBAGE, ZEROED, OUTCOMES };
@@ -52,9 +90,12 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
   static const char *const outcome_names[OUTCOMES] =
     { "kept", "reverted", "torn", "unreadable", "garbage", "zeroed" };
 
-  if (!fp || !old) {
+  if (!fp || !old || !units) {
     if (fp)
       fclose (fp);
+    if (units)
+      fclose (units);
+    free (urep);
     free (rep);
     free (old);
     return -ENOMEM;
@@ -69,6 +110,16 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
   const char *sep = "";
   while (f->oldest) {
     struct entry *e = f->oldest;
+    if (e->atomic) {
+      bool kept;
+      const unsigned sectors = e->glast - e->gfirst + 1;
+      r = cut_unit (f, e, torn, nunits++, fp, units, &sep, &kept);
+      counts[kept ? KEPT : REVERTED] += sectors;
+      unit_counts[!kept]++;
+      if (r)
+        break;
+      continue;
+    }
     uint64_t s, end;
     s4k_sector_range (&f->g, e->k, &s, &end);
     const unsigned lbas = (end - s) / L;
@@ -153,7 +204,12 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
   fprintf (fp, "\n ],\n \"outcomes\": {");
   for (unsigned i = 0; i < OUTCOMES; i++)
     fprintf (fp, "%s\"%s\": %u", i ? ", " : "", outcome_names[i], counts[i]);
-  fprintf (fp, "}}\n");
+  /* The atomic writes among them, each kept or dropped whole. */
+  fclose (units);
+  fprintf (fp, "},\n \"atomic\": [%s%s],\n \"atomic_outcomes\": "
+           "{\"kept\": %u, \"dropped\": %u}}\n", urep ? urep : "",
+           nunits ? "\n " : "", unit_counts[0], unit_counts[1]);
+  free (urep);
   /* Whatever failed, the power is off: nothing unflushed survives. */
   while (f->oldest)
     drop (f, f->oldest);

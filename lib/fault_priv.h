@@ -31,9 +31,16 @@ struct badset {
   size_t n, cap;
 };
 
-/* A dirty physical sector: its new contents, not yet durable. */
+/* A dirty physical sector: its new contents, not yet durable.  The
+ * sectors of an atomic write stay one unit while dirty, [gfirst, glast]
+ * (every one of them dirty, with the same range): destaged together,
+ * kept or dropped together at a cut.  Any other write, zero or trim
+ * touching one of them first makes the unit durable (settle), so a
+ * unit's sectors never hold part of another request. */
 struct entry {
   uint64_t k;
+  bool atomic;
+  uint64_t gfirst, glast;
   struct entry *hnext;                  /* hash chain */
   struct entry *prev, *next;            /* oldest first */
   char data[];
@@ -52,6 +59,7 @@ struct s4k_fault {
   unsigned bucket_bits;
   struct entry *oldest, *newest;
   uint64_t dirty_bytes, dirty_sectors;
+  uint64_t atomic_sectors;              /* dirty sectors in atomic units */
   uint64_t writes;                      /* store writes, for power-cut-after */
   uint64_t prng;
   uint64_t seed;
@@ -85,10 +93,14 @@ struct entry *lookup (struct s4k_fault *f, uint64_t k);
 void drop (struct s4k_fault *f, struct entry *e);
 /* Drops the dirty sectors in [off, off+len) (whole sectors). */
 void drop_range (struct s4k_fault *f, uint64_t len, uint64_t off);
-/* Puts a piece's sectors in the table as dirty. */
-int stage (struct s4k_fault *f, const struct s4k_io *io);
-/* Makes a dirty sector durable. */
+/* Puts a write's sectors in the table as dirty (atomic: as one unit). */
+int stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
+           bool atomic);
+/* Makes a dirty sector durable (with its atomic unit, if it has one). */
 int destage (struct s4k_fault *f, struct entry *e);
+/* Makes the atomic units among the dirty sectors of [off, off+len)
+ * durable, before a request changes part of them. */
+int settle (struct s4k_fault *f, uint64_t len, uint64_t off);
 /* Dirty sectors from the cache, runs of the others from the store. */
 int read_cached (struct s4k_fault *f, const struct s4k_io *io, unsigned n);
 /* Writes the whole cache back, then flushes the store. */

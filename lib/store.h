@@ -35,6 +35,7 @@ struct s4k_store_req {
          S4K_REQ_FLUSH, S4K_REQ_EXTENTS } kind;
   bool fua;
   bool may_trim;                   /* zero: may free the sectors */
+  bool atomic;                     /* write: through write_atomic */
   struct s4k_io io[S4K_REQ_PIECES];
   unsigned n;
   /* Extents: the runs go to extent_fn, as the extents op's fn, on the
@@ -71,6 +72,12 @@ struct s4k_store_ops {
   int (*read) (struct s4k_store *s, const struct s4k_io *io, unsigned n);
   int (*write) (struct s4k_store *s, const struct s4k_io *io, unsigned n,
                 bool fua);
+  /* Optional: a write the device does atomically (README "Atomic
+   * writes"): all of it or none at a power cut.  Only a store that can
+   * lose part of a write (the fault layer) has it; the others get
+   * write, which a power cut cannot interrupt. */
+  int (*write_atomic) (struct s4k_store *s, const struct s4k_io *io,
+                       unsigned n, bool fua);
   /* Optional, with lockfree_reads: a read the caller holds the shared
    * sector locks of (see `contended` in struct s4k_store). */
   int (*read_locked) (struct s4k_store *s, const struct s4k_io *io,

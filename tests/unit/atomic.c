@@ -1,6 +1,9 @@
 /* Atomic (untorn) writes, issue 27: the keys and their one-line
- * refusals, which writes fit the limits, and writes marked atomic that
- * break a limit refused with EINVAL, nothing written. */
+ * refusals, which writes fit the limits, writes marked atomic that
+ * break a limit refused with EINVAL, nothing written; and power cuts
+ * over atomic and plain writes mixed, per torn= policy and geometry:
+ * an atomic write is always wholly old or wholly new, as the cut report
+ * says, while plain writes tear as the policy lets them. */
 #include <errno.h>
 #include <string.h>
 
@@ -173,6 +176,193 @@ test_refused (const char *model)
   s4k_dev_close (d);
 }
 
+/* ---- power cuts ------------------------------------------------------- */
+
+#define DEV (256 * 1024)
+#define PAGE 16384
+
+/* Fills the device with byte 0x11 and makes it durable. */
+static void
+fill_old (struct s4k_dev *d)
+{
+  static char buf[DEV];
+  memset (buf, 0x11, sizeof buf);
+  if (s4k_write (d, buf, DEV, 0, 0) || s4k_flush (d))
+    bail ("fill failed");
+}
+
+/* 0: [off, off+len) all old (0x11); 1: all `byte`; 2: a mix. */
+static int
+state (struct s4k_dev *d, uint64_t len, uint64_t off, int byte)
+{
+  static char buf[DEV];
+  if (s4k_read (d, buf, len, off))
+    return 2;
+  bool old = true, new = true;
+  for (uint64_t i = 0; i < len; i++) {
+    old &= buf[i] == 0x11;
+    new &= buf[i] == (char) byte;
+  }
+  return old ? 0 : new ? 1 : 2;
+}
+
+/* One atomic write as the report lists it: lba, lbas, sectors. */
+static bool
+reported (const char *rep, const struct s4k_dev *d, uint64_t len,
+          uint64_t off, bool kept)
+{
+  const struct s4k_geometry *g = s4k_dev_geometry (d);
+  const uint64_t first = s4k_sector_index (g, off);
+  const uint64_t last = s4k_sector_index (g, off + len - 1);
+  uint64_t s, e, s2;
+  s4k_sector_range (g, first, &s, &e);
+  s4k_sector_range (g, last, &s2, &e);
+  char want[256];
+  snprintf (want, sizeof want, "{\"lba\": %" PRIu64 ", \"lbas\": %" PRIu64
+            ", \"sectors\": [%" PRIu64 ", %" PRIu64 "], \"outcome\": \"%s\"}",
+            s / g->logical, (e - s) / g->logical, first, last,
+            kept ? "kept" : "dropped");
+  return strstr (rep, want) != NULL;
+}
+
+/* Under write-cache=true, with the cut from the control call: per seed,
+ * atomic pages (16 KiB, aligned; under explicit, marked S4K_ATOMIC) and
+ * plain writes (under implicit: crossing a unit, so they do not fit;
+ * under explicit: not marked), an atomic write with a plain one over
+ * part of it afterwards, and (min 512) an atomic write cutting two
+ * physical sectors.  Returns how many plain pages tore. */
+static void
+test_cut (const char *model, const char *torn, bool explicit_only)
+{
+  const unsigned seeds = 24;
+  unsigned atomic_torn = 0, kept = 0, dropped = 0, plain_torn = 0;
+  unsigned misreported = 0, settled_wrong = 0, rmw_wrong = 0;
+  static char buf[DEV];
+  for (unsigned seed = 1; seed <= seeds; seed++) {
+    char keys[256];
+    snprintf (keys, sizeof keys, "size=%d model=%s write-cache=true "
+              "power-cut-after=1000000 seed=%u torn=%s "
+              "atomic-write-max=16K atomic-write-min=%s%s", DEV, model, seed,
+              torn, strcmp (model, "4kn") == 0 ? "4K" : "512",
+              explicit_only ? " atomic-writes=explicit" : "");
+    struct s4k_dev *d = open_dev (keys);
+    const unsigned aflag = explicit_only ? S4K_ATOMIC : 0;
+    fill_old (d);
+    /* Atomic pages 0..3 at 0, 16K, 32K, 48K, bytes 0x21.. */
+    for (unsigned i = 0; i < 4; i++) {
+      memset (buf, 0x21 + i, PAGE);
+      if (s4k_write (d, buf, PAGE, (uint64_t) i * PAGE, aflag))
+        bail ("atomic write failed");
+    }
+    /* Plain pages: under implicit, 16K across a unit boundary (at 72K:
+     * units 64K and 80K); under explicit, unmarked aligned pages. */
+    const uint64_t plain_off[2] = { explicit_only ? 64 * 1024 : 72 * 1024,
+                                    explicit_only ? 96 * 1024 : 104 * 1024 };
+    for (unsigned i = 0; i < 2; i++) {
+      memset (buf, 0x31 + i, PAGE);
+      if (s4k_write (d, buf, PAGE, plain_off[i], 0))
+        bail ("plain write failed");
+    }
+    /* An atomic page, then a write over part of it: the page is made
+     * durable first (the cut can drop only the later write). */
+    memset (buf, 0x41, PAGE);
+    s4k_write (d, buf, PAGE, 128 * 1024, aflag);
+    memset (buf, 0x42, 4096);
+    s4k_write (d, buf, 4096, 128 * 1024 + 4096, 0);
+    /* 512e: a 4 KiB atomic write at 512 cuts two physical sectors (its
+     * RMW neighbours must come back old either way). */
+    const bool rmw = strcmp (model, "512e") == 0;
+    if (rmw) {
+      memset (buf, 0x51, 4096);
+      if (s4k_write (d, buf, 4096, 160 * 1024 + 512, S4K_ATOMIC))
+        bail ("atomic RMW write failed");
+    }
+
+    char *rep = NULL;
+    if (s4k_dev_power_cut (d, -1, &rep) || !rep)
+      bail ("cut failed");
+    for (unsigned i = 0; i < 4; i++) {
+      int st = state (d, PAGE, (uint64_t) i * PAGE, 0x21 + i);
+      atomic_torn += st == 2;
+      kept += st == 1;
+      dropped += st == 0;
+      if (st != 2 && !reported (rep, d, PAGE, (uint64_t) i * PAGE, st == 1))
+        misreported++;
+    }
+    for (unsigned i = 0; i < 2; i++)
+      plain_torn += state (d, PAGE, plain_off[i], 0x31 + i) == 2;
+    /* The settled page: its sectors other than the overwritten one new. */
+    settled_wrong += state (d, 4096, 128 * 1024, 0x41) != 1 ||
+                     state (d, 8192, 128 * 1024 + 8192, 0x41) != 1;
+    if (rmw) {
+      int st = state (d, 4096, 160 * 1024 + 512, 0x51);
+      rmw_wrong += st == 2 ||
+                   state (d, 512, 160 * 1024, 0) != 0 ||
+                   state (d, 4096 - 512, 160 * 1024 + 4096 + 512, 0) != 0 ||
+                   (!reported (rep, d, 4096, 160 * 1024 + 512, st == 1));
+    }
+    if (misreported && misreported < 2)
+      diag ("seed %u: %s", seed, rep);
+    free (rep);
+    s4k_dev_close (d);
+  }
+  const char *mode = explicit_only ? "explicit" : "implicit";
+  ok (atomic_torn == 0, "%s torn=%s %s: no atomic page torn by %u cuts "
+      "(%u kept, %u dropped)", model, torn, mode, seeds, kept, dropped);
+  ok (strcmp (torn, "none") == 0 ? kept == 0 && dropped > 0
+                                 : kept > 0 && dropped > 0,
+      "%s torn=%s %s: atomic pages %s", model, torn, mode,
+      strcmp (torn, "none") == 0 ? "always dropped" : "kept and dropped");
+  ok (misreported == 0, "%s torn=%s %s: the report names every atomic "
+      "write kept or dropped as the data shows", model, torn, mode);
+  ok (settled_wrong == 0, "%s torn=%s %s: an atomic page a later write "
+      "overwrote in part was made durable first", model, torn, mode);
+  if (strcmp (model, "512e") == 0)
+    ok (rmw_wrong == 0, "%s torn=%s %s: a 4 KiB atomic write cutting two "
+        "physical sectors: wholly old or new, its RMW neighbours old",
+        model, torn, mode);
+  if (strcmp (torn, "none") != 0 && strcmp (torn, "sector") != 0)
+    ok (plain_torn > 0, "%s torn=%s %s: plain pages tear (%u of %u)",
+        model, torn, mode, plain_torn, 2 * seeds);
+}
+
+/* Without the cache: the write power-cut-after= interrupts is atomic or
+ * not; an atomic one is wholly old or new. */
+static void
+test_cut_after (const char *model, const char *torn)
+{
+  unsigned atomic_torn = 0, kept = 0, plain_torn = 0;
+  static char buf[PAGE];
+  const unsigned seeds = 24;
+  for (unsigned seed = 1; seed <= seeds; seed++)
+    for (unsigned atomic = 0; atomic < 2; atomic++) {
+      char keys[256];
+      snprintf (keys, sizeof keys, "size=%d model=%s power-cut-after=2 "
+                "seed=%u torn=%s atomic-write-max=16K", DEV, model, seed,
+                torn);
+      struct s4k_dev *d = open_dev (keys);
+      fill_old (d);                 /* write 1 */
+      memset (buf, 0x61, PAGE);
+      /* Write 2: aligned (atomic), or across a unit (plain). */
+      const uint64_t off = atomic ? 32 * 1024 : 40 * 1024;
+      if (s4k_write (d, buf, PAGE, off, 0) != -EIO)
+        bail ("power-cut-after=2: the second write succeeded");
+      int st = state (d, PAGE, off, 0x61);
+      if (atomic) {
+        atomic_torn += st == 2;
+        kept += st == 1;
+      }
+      else
+        plain_torn += st == 2;
+      s4k_dev_close (d);
+    }
+  ok (atomic_torn == 0 && kept > 0 && kept < seeds,
+      "%s torn=%s, no cache, power-cut-after=: the atomic write it cuts "
+      "wholly old or new (kept %u of %u)", model, torn, kept, seeds);
+  ok (plain_torn > 0, "%s torn=%s, no cache: the plain write it cuts "
+      "tears (%u of %u)", model, torn, plain_torn, seeds);
+}
+
 int
 main (void)
 {
@@ -180,6 +370,14 @@ main (void)
   test_fits ();
   test_refused ("512e");
   test_refused ("4kn");
+  static const char *const torns[] =
+    { "none", "sector", "unreadable", "garbage", "zero" };
+  for (unsigned m = 0; m < 2; m++)
+    for (unsigned t = 0; t < 5; t++)
+      for (unsigned x = 0; x < 2; x++)
+        test_cut (m ? "4kn" : "512e", torns[t], x);
+  test_cut_after ("512e", "garbage");
+  test_cut_after ("4kn", "garbage");
   printf ("1..%u\n", tap_n);
   return tap_failed != 0;
 }
