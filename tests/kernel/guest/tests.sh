@@ -5,6 +5,7 @@
 #   virtio  the virtio-blk disks the host gave qemu (one per case, serial=name)
 #   faults  bad sectors and power cuts through the nbd driver
 #   scsi, scsi_bench   guest/scsi.sh
+#   atomic  untorn writes on a SCSI disk (Linux 6.11 on): guest/atomic.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
 # The host numbers the tests and checks that all of them came.
@@ -424,7 +425,8 @@ suite_dmlog () {
   sync
 }
 
-# The SCSI suites (issue 22).
+# The SCSI suites (issue 22) and untorn writes (issue 27).
 . /scsi.sh
+. /atomic.sh
 for s in "$@"; do "suite_$s"; done
 echo "S4K: TESTS $n"
