@@ -125,7 +125,8 @@ check_op (const struct s4k_scsi_op *op, uint8_t opcode, bool readonly,
     CHECK (!(op->flags & S4K_ATOMIC) == (opcode != 0x9c));
     if (op->flags & S4K_ATOMIC)
       CHECK (a->max && op->len <= a->max && op->off % a->min == 0 &&
-             op->len % a->min == 0);
+             op->len % a->min == 0 &&
+             op->off / a->max == (op->off + op->len - 1) / a->max);
     break;
   case S4K_SCSI_OP_ZERO:
     CHECK (!op->buf && (op->flags & ~S4K_MAY_TRIM) == 0);
