@@ -25,12 +25,15 @@ atomic_sysfs () {
 }
 
 # The reference: scsi_debug with the same geometry and limits, in logical
-# blocks (atomic_wr_max_length=32 is 16 KiB, atomic_wr_align and _gran=8
-# are 4 KiB), no ATOMIC BOUNDARY fields, as sect4k's page has.
+# blocks (512e: atomic_wr_max_length=32 is 16 KiB, atomic_wr_align and
+# _gran=8 are 4 KiB; 4kn: 4, 1 and 1), no ATOMIC BOUNDARY fields, as
+# sect4k's page has.  atomic_reference NAME WANT SCSI_DEBUG_ARGS...: sets
+# atomic_ref to what its sysfs shows.
 atomic_reference () {
-  local pfx="atomic: scsi_debug atomic_wr=1 512e (reference)" dev
-  if ! insmod /modules/scsi_debug.ko dev_size_mb=16 sector_size=512 physblk_exp=3 \
-       atomic_wr=1 atomic_wr_max_length=32 atomic_wr_align=8 atomic_wr_gran=8 \
+  local pfx="atomic: scsi_debug atomic_wr=1 $1 (reference)" want=$2 dev
+  shift 2
+  atomic_ref=
+  if ! insmod /modules/scsi_debug.ko dev_size_mb=16 atomic_wr=1 "$@" \
        atomic_wr_max_length_bndry=0 atomic_wr_max_bndry=0 2>/tmp/insmod.err; then
     nok "$pfx: insmod scsi_debug"; diag "$(cat /tmp/insmod.err)"; return
   fi
@@ -38,8 +41,23 @@ atomic_reference () {
   dev=$(grep -l scsi_debug /sys/block/sd*/device/model 2>/dev/null | head -n 1 | cut -d/ -f4)
   if [ -z "$dev" ]; then nok "$pfx: scsi_debug made a disk"; rmmod scsi_debug; return; fi
   atomic_ref=$(atomic_sysfs "/dev/$dev")
-  is "$pfx: queue/atomic_write_max_bytes unit_min unit_max boundary" "$atomic_ref" "16384 4096 16384 0"
+  is "$pfx: queue/atomic_write_max_bytes unit_min unit_max boundary" "$atomic_ref" "$want"
   rmmod scsi_debug
+}
+
+# atomic_4kn: the same comparison on 4kn (limits in 4096-byte blocks).
+atomic_4kn () {
+  local pfx="atomic 4kn"
+  atomic_reference 4kn "16384 4096 16384 0" sector_size=4096 \
+    atomic_wr_max_length=4 atomic_wr_align=1 atomic_wr_gran=1
+  if ! scsi_start atomic4kn model=4kn atomic-write-max=16K; then
+    nok "$pfx: sect4k-server --scsi printed a /dev/sdX"; scsi_stop "$pfx"; return
+  fi
+  is "$pfx: sect4k disk queue/atomic_write_* equal scsi_debug's" \
+    "$(atomic_sysfs "$scsi_dev")" "${atomic_ref:-16384 4096 16384 0}"
+  is "$pfx: statx STATX_WRITE_ATOMIC on $scsi_dev" \
+    "$(s4k-atomic statx "$scsi_dev" 2>&1)" "STATX_WRITE_ATOMIC 1 4096 16384 1"
+  scsi_stop "$pfx"
 }
 
 suite_atomic () {
@@ -52,8 +70,8 @@ suite_atomic () {
   if ! sect4k-server --help 2>&1 | grep -q -- 'atomic-write-max'; then
     ok "atomic # SKIP this sect4k-server has no atomic-write-max="; return
   fi
-  atomic_ref=
-  atomic_reference
+  atomic_reference 512e "16384 4096 16384 0" sector_size=512 physblk_exp=3 \
+    atomic_wr_max_length=32 atomic_wr_align=8 atomic_wr_gran=8
   # shellcheck disable=SC2086
   if ! scsi_start atomic $ATOMIC_KEYS; then
     nok "$pfx: sect4k-server --scsi $ATOMIC_KEYS printed a /dev/sdX"; scsi_stop "$pfx"; return
@@ -95,6 +113,7 @@ suite_atomic () {
   rm -f /tmp/aw.*
   scsi_stop "$pfx"
 
+  atomic_4kn
   atomic_cut
   diag "atomic: the suite took $(( $(date +%s) - t0 )) s"
 }
