@@ -5,6 +5,7 @@
 #   virtio  the virtio-blk disks the host gave qemu (one per case, serial=name)
 #   faults  bad sectors and power cuts through the nbd driver
 #   scsi, scsi_bench   guest/scsi.sh
+#   atomic  untorn writes on a SCSI disk (Linux 6.11 on): guest/atomic.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
 #   captive sect4k-server --scsi --run, sect4k-attach --run   guest/captive.sh
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
@@ -526,9 +527,10 @@ dmlog_case () {
   check "dmlog: dmsetup removes the target" dmsetup remove --noudevsync s4klog
 }
 
-# The SCSI suites (issue 22).
+# The SCSI suites (issue 22) and untorn writes (issue 27).
 . /scsi.sh
 # sect4k-server --scsi --run and sect4k-attach --run (issue 28).
 . /captive.sh
+. /atomic.sh
 for suite in "$@"; do "suite_$suite"; tidy "$suite suite"; done
 echo "S4K: TESTS $n"
