@@ -35,6 +35,9 @@ const char s4k_config_help[] =
   "upstream=URI          Keep the data in another NBD server's export (any\n"
   "                      URI libnbd takes: nbd://, nbd+unix://, nbds://).\n"
   "upstream-connections=N  Connections to upstream=, 1..64 (default 4).\n"
+  "upstream-timeout=TIME The connect at start, and each request, fail (one\n"
+  "                      line, EIO) when upstream= answers nothing for TIME\n"
+  "                      (default 30s; 0: wait forever); then connect again.\n"
   "upstream-partial-writes=BOOL  Send a write that cuts physical sectors\n"
   "                      upstream as it is, the upstream merging it (one\n"
   "                      round trip, not a read and a write); false: the\n"
@@ -144,6 +147,7 @@ s4k_config_init (struct s4k_config *c)
   memset (c, 0, sizeof *c);
   c->strict = true;
   c->partial_writes = true;
+  c->upstream_timeout = 30 * UINT64_C (1000000000);
   const char *e = getenv ("SECT4K_NO_URING");
   c->no_uring = e && *e && strcmp (e, "0") != 0;
 }
@@ -250,6 +254,14 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
       return -1;
     }
     c->upstream_connections = v;
+  }
+  else if (strcmp (key, "upstream-timeout") == 0) {
+    if (s4k_parse_duration (value, &c->upstream_timeout) == -1) {
+      snprintf (err, errlen, "upstream-timeout=%s: not a duration (e.g. "
+                "30s, 500ms, 0 for none; at most an hour)", value);
+      return -1;
+    }
+    c->have_upstream_timeout = true;
   }
   else if (strcmp (key, "statsfile") == 0) {
     if (*value == '\0') {
@@ -372,6 +384,11 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
   if (c->upstream_connections && !c->upstream) {
     snprintf (err, errlen, "upstream-connections=%" PRIu32 ": needs "
               "upstream=", c->upstream_connections);
+    return -1;
+  }
+  if (c->have_upstream_timeout && !c->upstream) {
+    snprintf (err, errlen, "upstream-timeout=%gs: needs upstream=",
+              c->upstream_timeout / 1e9);
     return -1;
   }
   if (c->have_partial_writes && !c->upstream && !c->store_sized) {

@@ -1,7 +1,7 @@
 /* The control socket (control=PATH): a Unix socket, mode 0600, served by
- * one thread, one client at a time.  The protocol is lines: a command,
- * then the answer's lines and a last line "ok", or one line
- * "error: WHY".  Commands:
+ * one thread, every client at once (see control_thread).  The protocol
+ * is lines of printable text: a command, then the answer's lines and a
+ * last line "ok", or one line "error: WHY".  Commands:
  *   power-cut [torn=none|sector|unreadable|garbage|zero]   the report (JSON)
  *   bad add|remove LBA[-LBA][,...]
  *   bad list                                  one "FIRST-LAST" per run
@@ -20,40 +20,53 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fault.h"
+#include "sect4k/unixsock.h"
 #include "sect4k/wlog.h"
 
 #define LINE_MAX_LEN 4096
+#define MAX_CLIENTS 64
+#define EVICT_IDLE_MS 1000
+
+struct client {
+  int fd;
+  bool skipping;                /* the rest of a line too long */
+  size_t have;                  /* bytes in line */
+  char *out;                    /* the answer being sent, or NULL */
+  size_t outlen, outoff;
+  int64_t active;               /* when it last sent or received (ms) */
+  char line[LINE_MAX_LEN];
+};
 
 struct control {
   char *path;
+  struct stat st;               /* our socket at path */
   int fd;
   int stop[2];                  /* a pipe: written to stop the thread */
   pthread_t thread;
   bool running;
   struct s4k_dev *dev;
+  struct client *cl[MAX_CLIENTS];
+  unsigned n;
 };
 
+/* The socket is bound here, before the device is used, so that a live
+ * path or a bad one fails at start-up. */
 struct control *
 control_open (const char *path, char *err, size_t errlen)
 {
-  struct sockaddr_un sa = { .sun_family = AF_UNIX };
-  struct stat st;
-  if (strlen (path) >= sizeof sa.sun_path - 16) {
-    snprintf (err, errlen, "control=%s: the path is too long for a Unix "
-              "socket", path);
+  char why[256];
+  int r = s4k_unix_probe (path, why, sizeof why);
+  if (r == -1) {
+    snprintf (err, errlen, "control=%s: %s", path, why);
     return NULL;
   }
-  if (lstat (path, &st) == 0) {
-    if (!S_ISSOCK (st.st_mode)) {
-      snprintf (err, errlen, "control=%s: exists and is not a socket", path);
-      return NULL;
-    }
-    unlink (path);              /* left by an earlier run */
-  }
+  if (r == 1)
+    fprintf (stderr, "sect4k: control=%s: replacing a stale socket (no "
+             "server answers on it)\n", path);
   struct control *c = calloc (1, sizeof *c);
   if (!c || !(c->path = strdup (path))) {
     free (c);
@@ -61,21 +74,13 @@ control_open (const char *path, char *err, size_t errlen)
     return NULL;
   }
   c->stop[0] = c->stop[1] = -1;
-  /* Bind under a temporary name, restrict it, then rename: nobody can
-   * connect before the mode is 0600. */
-  snprintf (sa.sun_path, sizeof sa.sun_path, "%s.%ld.tmp", path,
-            (long) getpid ());
-  unlink (sa.sun_path);
-  const char *what = "socket";
-  if ((c->fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) == -1 ||
-      (what = "bind", bind (c->fd, (struct sockaddr *) &sa, sizeof sa)) == -1 ||
-      (what = "chmod", chmod (sa.sun_path, 0600)) == -1 ||
-      (what = "rename", rename (sa.sun_path, path)) == -1 ||
-      (what = "listen", listen (c->fd, 8)) == -1 ||
-      (what = "pipe", pipe2 (c->stop, O_CLOEXEC)) == -1) {
-    snprintf (err, errlen, "control=%s: %s: %s", path, what,
-              s4k_strerror (errno));
-    unlink (sa.sun_path);
+  c->fd = s4k_unix_listen (path, 0600, &c->st, why, sizeof why);
+  const char *what = "";
+  if (c->fd == -1 ||
+      (what = "fcntl: ", fcntl (c->fd, F_SETFL, O_NONBLOCK)) == -1 ||
+      (what = "pipe: ", pipe2 (c->stop, O_CLOEXEC)) == -1) {
+    snprintf (err, errlen, "control=%s: %s%s", path, what,
+              *what ? s4k_strerror (errno) : why);
     control_close (c);
     return NULL;
   }
@@ -106,8 +111,8 @@ command (struct control *c, char *line, FILE *out, char *err, size_t errlen)
 {
   char *words[4];
   unsigned n = 0;
-  for (char *save = NULL, *w = strtok_r (line, " \t\r", &save); w;
-       w = strtok_r (NULL, " \t\r", &save)) {
+  for (char *save = NULL, *w = strtok_r (line, " ", &save); w;
+       w = strtok_r (NULL, " ", &save)) {
     if (n == 4) {
       snprintf (err, errlen, "too many words");
       return -1;
@@ -186,107 +191,198 @@ command (struct control *c, char *line, FILE *out, char *err, size_t errlen)
   return -1;
 }
 
-static bool
-write_all (int fd, const char *p, size_t len)
+/* ---- serving ----------------------------------------------------------- */
+
+static int64_t
+now_ms (void)
 {
-  while (len) {
-    ssize_t r = send (fd, p, len, MSG_NOSIGNAL);
-    if (r == -1 && errno == EINTR)
+  struct timespec t;
+  clock_gettime (CLOCK_MONOTONIC, &t);
+  return (int64_t) t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Refuses a line with a control byte (a NUL would cut it short, and
+ * what follows would be silently dropped), else runs it.  Returns the
+ * answer to send (malloc'd), or NULL if out of memory. */
+static char *
+answer (struct control *c, char *line, size_t len, size_t *alen)
+{
+  char err[512] = "";
+  char *buf = NULL;
+  size_t blen = 0;
+  if (len && line[len - 1] == '\r')
+    line[--len] = '\0';
+  int r = 0;
+  for (size_t i = 0; i < len && r == 0; i++)
+    if ((unsigned char) line[i] < 0x20 || line[i] == 0x7f) {
+      snprintf (err, sizeof err, "control byte 0x%02x at byte %zu: a "
+                "command is printable text", (unsigned char) line[i], i);
+      r = -1;
+    }
+  FILE *out = open_memstream (&buf, &blen);
+  if (!out)
+    return NULL;
+  if (r == 0)
+    r = command (c, line, out, err, sizeof err);
+  if (r == 0) {
+    fflush (out);
+    if (blen && buf[blen - 1] != '\n')
+      fputc ('\n', out);
+    fputs ("ok\n", out);
+  }
+  if (fclose (out) || r) {      /* an error: its line alone */
+    free (buf);
+    buf = NULL;
+    if (r && (blen = asprintf (&buf, "error: %s\n", err)) == (size_t) -1)
+      buf = NULL;
+  }
+  *alen = blen;
+  return buf;
+}
+
+/* Sends what it can of the client's answer, then answers its next whole
+ * line, until a line is missing or the socket is full.  Lines are
+ * answered one at a time, so a client that does not read holds one
+ * answer, not many.  False once the client is gone. */
+static bool
+progress (struct control *c, struct client *k)
+{
+  for (;;) {
+    if (k->outoff < k->outlen) {
+      ssize_t r = send (k->fd, k->out + k->outoff, k->outlen - k->outoff,
+                        MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (r == -1 && (errno == EAGAIN || errno == EINTR))
+        return true;
+      if (r <= 0)
+        return false;
+      k->outoff += r;
+      k->active = now_ms ();
       continue;
-    if (r <= 0)
+    }
+    free (k->out);
+    k->out = NULL;
+    k->outlen = k->outoff = 0;
+    char *nl = memchr (k->line, '\n', k->have);
+    if (!nl)
+      return true;
+    static const char too_long[] =
+      "error: line too long (at most 4096 bytes)\n";
+    if (k->skipping) {
+      k->out = strdup (too_long);
+      k->outlen = sizeof too_long - 1;
+    }
+    else {
+      *nl = '\0';
+      k->out = answer (c, k->line, nl - k->line, &k->outlen);
+    }
+    if (!k->out)
       return false;
-    p += r;
-    len -= r;
+    k->skipping = false;
+    k->have -= nl + 1 - k->line;
+    memmove (k->line, nl + 1, k->have);
+  }
+}
+
+static bool
+receive (struct client *k)
+{
+  ssize_t r = recv (k->fd, k->line + k->have, LINE_MAX_LEN - k->have,
+                    MSG_DONTWAIT);
+  if (r == -1)
+    return errno == EAGAIN || errno == EINTR;
+  if (r == 0)
+    return false;
+  k->have += r;
+  k->active = now_ms ();
+  if (k->have == LINE_MAX_LEN && !memchr (k->line, '\n', k->have)) {
+    k->skipping = true;         /* answered at its end */
+    k->have = 0;
   }
   return true;
 }
 
-static bool
-answer (struct control *c, int fd, char *line)
-{
-  char err[512] = "";
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream (&buf, &len);
-  if (!out)
-    return false;
-  int r = command (c, line, out, err, sizeof err);
-  if (r == 0) {
-    fflush (out);
-    if (len && buf[len - 1] != '\n')
-      fputc ('\n', out);
-    fputs ("ok\n", out);
-  }
-  fclose (out);
-  bool ok = r == 0 ? write_all (fd, buf, len)
-                   : write_all (fd, "error: ", 7) &&
-                     write_all (fd, err, strlen (err)) &&
-                     write_all (fd, "\n", 1);
-  free (buf);
-  return ok;
-}
-
-/* Waits until fd has input: false once the device closes (c->stop
- * readable) or poll fails. */
-static bool
-wait_input (struct control *c, int fd)
-{
-  for (;;) {
-    struct pollfd p[2] = { { fd, POLLIN, 0 }, { c->stop[0], POLLIN, 0 } };
-    if (poll (p, 2, -1) == -1) {
-      if (errno == EINTR)
-        continue;
-      return false;
-    }
-    return !p[1].revents;
-  }
-}
-
-/* Serves one client until it goes, or the device closes. */
 static void
-serve (struct control *c, int fd)
+drop (struct control *c, unsigned i)
 {
-  char line[LINE_MAX_LEN + 1];
-  size_t have = 0;
-  bool skipping = false;        /* the rest of a line too long */
-  while (wait_input (c, fd)) {
-    ssize_t r = recv (fd, line + have, LINE_MAX_LEN - have, 0);
-    if (r == -1 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return;
-    have += r;
-    char *nl;
-    while ((nl = memchr (line, '\n', have))) {
-      *nl = '\0';
-      static const char too_long[] =
-        "error: line too long (at most 4096 bytes)\n";
-      bool ok = skipping ? write_all (fd, too_long, sizeof too_long - 1)
-                         : answer (c, fd, line);
-      skipping = false;
-      have -= nl + 1 - line;
-      memmove (line, nl + 1, have);
-      if (!ok)
-        return;
-    }
-    if (have == LINE_MAX_LEN) {
-      skipping = true;
-      have = 0;
-    }
-  }
+  close (c->cl[i]->fd);
+  free (c->cl[i]->out);
+  free (c->cl[i]);
+  c->cl[i] = c->cl[--c->n];
 }
 
+/* The client idle longest (sent and received nothing), or -1. */
+static int
+idlest (const struct control *c)
+{
+  int best = -1;
+  for (unsigned i = 0; i < c->n; i++)
+    if (best == -1 || c->cl[i]->active < c->cl[best]->active)
+      best = i;
+  return best;
+}
+
+/* One thread serves every client, each at its own pace: clients never
+ * wait for each other's lines, and up to MAX_CLIENTS are served at
+ * once.  When that many are connected, a new client takes the place of
+ * the one idle longest, once that one has been idle EVICT_IDLE_MS: so
+ * idle clients cannot lock others out, and a burst of clients each
+ * sending its command at once is never cut short. */
 static void *
 control_thread (void *arg)
 {
   struct control *c = arg;
-  while (wait_input (c, c->fd)) {
-    int fd = accept4 (c->fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd == -1)
-      continue;
-    serve (c, fd);
-    close (fd);
+  struct pollfd p[2 + MAX_CLIENTS];
+  for (;;) {
+    int timeout = -1;
+    bool take = c->n < MAX_CLIENTS;
+    if (!take) {
+      int64_t idle = now_ms () - c->cl[idlest (c)]->active;
+      take = idle >= EVICT_IDLE_MS;
+      timeout = take ? -1 : (int) (EVICT_IDLE_MS - idle);
+    }
+    p[0] = (struct pollfd) { c->stop[0], POLLIN, 0 };
+    p[1] = (struct pollfd) { take ? c->fd : -1, POLLIN, 0 };
+    for (unsigned i = 0; i < c->n; i++)
+      p[2 + i] = (struct pollfd) {
+        c->cl[i]->fd, c->cl[i]->outoff < c->cl[i]->outlen ? POLLOUT : POLLIN,
+        0 };
+    const unsigned n = c->n;
+    if (poll (p, 2 + n, timeout) == -1) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    if (p[0].revents)
+      break;
+    /* Backwards: drop moves the last client into the hole. */
+    for (unsigned i = n; i-- > 0;) {
+      struct client *k = c->cl[i];
+      if (!p[2 + i].revents)
+        continue;
+      /* Polled for input unless an answer was waiting to go out. */
+      bool alive = k->outoff < k->outlen || receive (k);
+      if (!alive || !progress (c, k))
+        drop (c, i);
+    }
+    if (p[1].revents) {
+      if (c->n == MAX_CLIENTS) {
+        int j = idlest (c);     /* it may have spoken meanwhile */
+        if (now_ms () - c->cl[j]->active < EVICT_IDLE_MS)
+          continue;
+        drop (c, j);
+      }
+      struct client *k = malloc (sizeof *k);
+      int fd = k ? accept4 (c->fd, NULL, NULL, SOCK_CLOEXEC) : -1;
+      if (fd == -1) {
+        free (k);
+        continue;
+      }
+      *k = (struct client) { .fd = fd, .active = now_ms () };
+      c->cl[c->n++] = k;
+    }
   }
+  while (c->n)
+    drop (c, c->n - 1);
   return NULL;
 }
 
@@ -310,7 +406,7 @@ control_close (struct control *c)
   }
   if (c->fd != -1) {
     close (c->fd);
-    unlink (c->path);
+    s4k_unix_unlink (c->path, &c->st);
   }
   for (int i = 0; i < 2; i++)
     if (c->stop[i] != -1)

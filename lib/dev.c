@@ -49,6 +49,7 @@ struct s4k_dev {
   struct s4k_atomic atomic;     /* atomic-write-*=: max 0, none */
   bool write_atomic;            /* atomic writes go to the store's
                                    write_atomic (the fault layer's) */
+  _Atomic uint64_t *losses;     /* the store's (under any layer) */
 };
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
@@ -116,6 +117,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     store->ops->close (store);
     return -ENOMEM;
   }
+  d->losses = &store->losses;
   if (c->fault.on &&
       !(store = fault_wrap (store, c, &d->fault, err, errlen))) {
     s4k_locks_free (d->locks);
@@ -213,6 +215,41 @@ s4k_dev_close (struct s4k_dev *d)
   s4k_timing_free (d->timing);
   s4k_wlog_free (d->wlog);
   free (d);
+}
+
+/* ---- lost writes, per client connection -------------------------------- */
+
+uint64_t
+s4k_client_begin (struct s4k_dev *d, struct s4k_client *c, enum s4k_op op,
+                  unsigned flags)
+{
+  switch (op) {
+  case S4K_OP_WRITE: case S4K_OP_ZERO: case S4K_OP_TRIM:
+    return flags & S4K_FUA ? 0 : atomic_load (d->losses) + 1;
+  case S4K_OP_FLUSH:
+    /* Writes that end after this may not be covered: they note
+     * themselves again. */
+    return atomic_exchange (&c->since, 0);
+  default:
+    return 0;
+  }
+}
+
+int
+s4k_client_end (struct s4k_dev *d, struct s4k_client *c, enum s4k_op op,
+                uint64_t tag, int r)
+{
+  if (!tag)
+    return r;
+  if (op == S4K_OP_FLUSH)       /* a loss since its oldest write */
+    return r == 0 && atomic_load (d->losses) >= tag ? -EIO : r;
+  if (r == 0) {                 /* the oldest unflushed write's tag */
+    uint64_t old = atomic_load (&c->since);
+    while ((old == 0 || old > tag) &&
+           !atomic_compare_exchange_weak (&c->since, &old, tag))
+      ;
+  }
+  return r;
 }
 
 /* The timing model runs in the front ends once the data work is done:

@@ -1,9 +1,13 @@
 /* The export table: export=NAME sections and exports=PRESETS over the
  * one key parser (config.c).  Nothing here runs per request. */
+#include <ctype.h>
 #include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "sect4k/exports.h"
@@ -174,8 +178,8 @@ s4k_exports_set (struct s4k_exports *t, const char *key, const char *value,
   return 0;
 }
 
-/* The defaults' statsfile= (or write-log=) for export name: stats.json ->
- * stats.NAME.json, stats -> stats.NAME. */
+/* The defaults' statsfile= (write-log=, control=) for export name:
+ * stats.json -> stats.NAME.json, stats -> stats.NAME. */
 static char *
 statsfile_for (const char *path, const char *name)
 {
@@ -191,6 +195,20 @@ statsfile_for (const char *path, const char *name)
   return s;
 }
 
+/* A path among the defaults (*key == dflt) names each export's own
+ * when there are several: the name inserted, kept in *owned. */
+static int
+own_path (const struct s4k_exports *t, struct s4k_export *e,
+          const char **key, const char *dflt, char **owned)
+{
+  if (t->n < 2 || !*key || *key != dflt)
+    return 0;
+  if (!(*owned = statsfile_for (*key, e->name)))
+    return -1;
+  *key = *owned;
+  return 0;
+}
+
 /* Same file: same path, or the same inode once both exist. */
 static bool
 same_file (const char *a, const char *b)
@@ -200,6 +218,160 @@ same_file (const char *a, const char *b)
     return true;
   return stat (a, &sa) == 0 && stat (b, &sb) == 0 &&
          sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* An upstream URI as the device it names: the transport (the scheme
+ * without TLS's "s": nbds://, nbd:// are one server), where (host:port,
+ * the Unix socket, the vsock CID:port) and the export name (the path
+ * without its '/').  Strings are malloc'd; false if the URI is not one
+ * of libnbd's forms we can read (it is then compared as a string). */
+struct upstream_id {
+  char *scheme, *where, *port, *name;
+};
+
+static void
+id_free (struct upstream_id *id)
+{
+  free (id->scheme);
+  free (id->where);
+  free (id->port);
+  free (id->name);
+}
+
+static int
+hex (char c)
+{
+  return isdigit ((unsigned char) c) ? c - '0'
+         : isxdigit ((unsigned char) c) ? tolower ((unsigned char) c) - 'a' + 10
+         : -1;
+}
+
+/* [p, p+n) percent-decoded, malloc'd. */
+static char *
+decode (const char *p, size_t n)
+{
+  char *s = malloc (n + 1), *o = s;
+  if (!s)
+    return NULL;
+  for (size_t i = 0; i < n; i++)
+    if (p[i] == '%' && i + 2 < n && hex (p[i + 1]) >= 0 &&
+        hex (p[i + 2]) >= 0) {
+      *o++ = (char) (hex (p[i + 1]) * 16 + hex (p[i + 2]));
+      i += 2;
+    }
+    else
+      *o++ = p[i];
+  *o = '\0';
+  return s;
+}
+
+static bool
+parse_upstream (const char *uri, struct upstream_id *id)
+{
+  memset (id, 0, sizeof *id);
+  const char *colon = strstr (uri, "://");
+  if (!colon || strncmp (uri, "nbd", 3) != 0)
+    return false;
+  const char *rest = uri + 3;
+  if (*rest == 's')
+    rest++;                     /* TLS: the same device */
+  size_t slen = colon - rest;
+  const char *auth = colon + 3;
+  size_t alen = strcspn (auth, "/?#");
+  const char *path = auth + alen;
+  size_t plen = *path == '/' ? strcspn (path, "?#") : 0;
+  const char *query = path + plen;
+  if (!(id->scheme = strndup (rest, slen)) ||
+      !(id->name = decode (plen ? path + 1 : path, plen ? plen - 1 : 0)))
+    goto fail;
+  if (strcmp (id->scheme, "+unix") == 0) {
+    /* nbd+unix:///NAME?socket=PATH */
+    const char *q = *query == '?' ? query + 1 : NULL;
+    while (q && strncmp (q, "socket=", 7) != 0)
+      q = (q = strchr (q, '&')) ? q + 1 : NULL;
+    if (!q || !(id->where = decode (q + 7, strcspn (q + 7, "&#"))))
+      goto fail;
+    return true;
+  }
+  if (*id->scheme && strcmp (id->scheme, "+vsock") != 0)
+    goto fail;                  /* nbd+ssh... : compared as strings */
+  /* host[:port], [v6][:port] */
+  const char *end = auth + alen, *port = NULL;
+  const char *h = auth, *he;
+  if (*h == '[') {
+    h++;
+    he = memchr (h, ']', end - h);
+    if (!he)
+      goto fail;
+    if (he + 1 < end && he[1] == ':')
+      port = he + 2;
+  }
+  else {
+    he = memchr (h, ':', end - h);
+    if (he)
+      port = he + 1;
+    else
+      he = end;
+  }
+  if (!(id->where = strndup (h, he - h)) ||
+      !(id->port = port ? strndup (port, end - port) : strdup ("10809")))
+    goto fail;
+  for (char *c = id->where; *c; c++)
+    *c = tolower ((unsigned char) *c);
+  return true;
+ fail:
+  id_free (id);
+  return false;
+}
+
+/* Two host names for one server: equal, or an address in common. */
+static bool
+same_host (const char *a, const char *b, const char *port)
+{
+  struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+                            .ai_flags = AI_NUMERICSERV };
+  struct addrinfo *ra = NULL, *rb = NULL;
+  bool same = strcmp (a, b) == 0;
+  if (!same && getaddrinfo (a, port, &hints, &ra) == 0 &&
+      getaddrinfo (b, port, &hints, &rb) == 0)
+    for (struct addrinfo *x = ra; x && !same; x = x->ai_next)
+      for (struct addrinfo *y = rb; y && !same; y = y->ai_next)
+        same = x->ai_addrlen == y->ai_addrlen &&
+               memcmp (x->ai_addr, y->ai_addr, x->ai_addrlen) == 0;
+  if (ra)
+    freeaddrinfo (ra);
+  if (rb)
+    freeaddrinfo (rb);
+  return same;
+}
+
+/* Two upstream= URIs naming one export of one server: the same string,
+ * or the same transport, server (socket file, host or address, port)
+ * and export name.  Export names differ: different devices, as far as
+ * we can know (a server may map every name to one disk, as nbdkit's
+ * memory plugin does). */
+static bool
+same_upstream (const char *a, const char *b)
+{
+  struct upstream_id x, y;
+  if (strcmp (a, b) == 0)
+    return true;
+  if (!parse_upstream (a, &x))
+    return false;
+  bool same = false;
+  if (parse_upstream (b, &y)) {
+    same = strcmp (x.scheme, y.scheme) == 0 && strcmp (x.name, y.name) == 0;
+    if (same && x.port)
+      same = strcmp (x.port, y.port) == 0 &&
+             (strcmp (x.scheme, "+vsock") == 0
+              ? strcmp (x.where, y.where) == 0
+              : same_host (x.where, y.where, x.port));
+    else if (same)
+      same = same_file (x.where, y.where);
+    id_free (&y);
+  }
+  id_free (&x);
+  return same;
 }
 
 int
@@ -218,21 +390,14 @@ s4k_exports_finish (struct s4k_exports *t, char *err, size_t errlen)
     struct s4k_export *e = &t->v[i];
     e->cfg.readonly = t->readonly;
     e->cfg.readonly_per_connection = t->readonly_per_connection;
-    if (t->n > 1 && e->cfg.statsfile &&
-        e->cfg.statsfile == t->defaults.statsfile) {
-      if (!(e->statsfile = statsfile_for (e->cfg.statsfile, e->name))) {
-        snprintf (err, errlen, "export=%s: out of memory", e->name);
-        return -1;
-      }
-      e->cfg.statsfile = e->statsfile;
-    }
-    if (t->n > 1 && e->cfg.write_log &&
-        e->cfg.write_log == t->defaults.write_log) {
-      if (!(e->write_log = statsfile_for (e->cfg.write_log, e->name))) {
-        snprintf (err, errlen, "export=%s: out of memory", e->name);
-        return -1;
-      }
-      e->cfg.write_log = e->write_log;
+    if (own_path (t, e, &e->cfg.statsfile, t->defaults.statsfile,
+                  &e->statsfile) == -1 ||
+        own_path (t, e, &e->cfg.write_log, t->defaults.write_log,
+                  &e->write_log) == -1 ||
+        own_path (t, e, &e->cfg.fault.control, t->defaults.fault.control,
+                  &e->control) == -1) {
+      snprintf (err, errlen, "export=%s: out of memory", e->name);
+      return -1;
     }
     if (s4k_config_finish (&e->cfg, e2, sizeof e2) == -1) {
       if (t->named)
@@ -249,6 +414,15 @@ s4k_exports_finish (struct s4k_exports *t, char *err, size_t errlen)
                   e->cfg.file, o->name);
         return -1;
       }
+      /* Its sector locks are the device's: two devices over one upstream
+       * export would RMW the same sectors unlocked and lose updates. */
+      if (e->cfg.upstream && o->cfg.upstream &&
+          same_upstream (e->cfg.upstream, o->cfg.upstream)) {
+        snprintf (err, errlen, "export=%s: upstream=%s is also export %s's "
+                  "(each export needs an upstream export of its own)",
+                  e->name, e->cfg.upstream, o->name);
+        return -1;
+      }
       if (e->cfg.statsfile && o->cfg.statsfile &&
           strcmp (e->cfg.statsfile, o->cfg.statsfile) == 0) {
         snprintf (err, errlen, "export=%s: statsfile=%s is also export %s's "
@@ -261,6 +435,13 @@ s4k_exports_finish (struct s4k_exports *t, char *err, size_t errlen)
         snprintf (err, errlen, "export=%s: write-log=%s is also export %s's "
                   "(each export needs a log of its own)", e->name,
                   e->cfg.write_log, o->name);
+        return -1;
+      }
+      if (e->cfg.fault.control && o->cfg.fault.control &&
+          strcmp (e->cfg.fault.control, o->cfg.fault.control) == 0) {
+        snprintf (err, errlen, "export=%s: control=%s is also export %s's "
+                  "(each export needs a control socket of its own)",
+                  e->name, e->cfg.fault.control, o->name);
         return -1;
       }
     }
@@ -303,6 +484,7 @@ s4k_exports_close (struct s4k_exports *t)
     free (t->v[i].name);
     free (t->v[i].statsfile);
     free (t->v[i].write_log);
+    free (t->v[i].control);
   }
   free (t->v);
   free (t->presets);

@@ -93,6 +93,7 @@ s4k_scsi_params_from_config (struct s4k_scsi_params *p,
   p->readonly = c->readonly;
   p->lbprz = c->upstream == NULL;
   p->rotation_rate = s4k_timing_rotation_rate (&c->timing);
+  p->atomic = c->atomic;
 }
 
 struct s4k_scsi_lun *
@@ -118,6 +119,16 @@ s4k_scsi_lun_new (const struct s4k_scsi_params *p, char *err, size_t errlen)
   if (p->max_request < g->logical) {
     snprintf (err, errlen, "max-request=%" PRIu32 ": smaller than logical=%"
               PRIu32, p->max_request, g->logical);
+    return NULL;
+  }
+  const struct s4k_atomic *a = &p->atomic;
+  if (a->max && (a->max % g->logical || a->min % g->logical ||
+                 a->boundary % g->logical || a->max > p->max_request)) {
+    snprintf (err, errlen, "atomic-write-max=%" PRIu32 " atomic-write-min=%"
+              PRIu32 " atomic-write-boundary=%" PRIu32 ": SCSI states atomic "
+              "limits in logical blocks of %" PRIu32 " bytes, at most "
+              "max-request=%" PRIu32, a->max, a->min, a->boundary,
+              g->logical, p->max_request);
     return NULL;
   }
   struct s4k_scsi_lun *lun = calloc (1, sizeof *lun);
@@ -250,6 +261,10 @@ static const struct command commands[] = {
   { 0x93, -1, 16, false, "WRITE SAME(16)", cmd_write_same16,
     { 0xff, 0x09, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
       0xff, 0xff, 0xff, 0xff, 0x3f, 0 } },
+  /* Listed and run only on a LUN with atomic writes (p.atomic.max). */
+  { 0x9c, -1, 16, false, "WRITE ATOMIC(16)", cmd_write_atomic16,
+    { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+      0xff, 0xff, 0xff, 0xff, 0x3f, 0 } },
   { 0x9e, 0x10, 16, false, "READ CAPACITY(16)", cmd_read_capacity16,
     { 0xff, 0x1f, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0 } },
   { 0xa8, -1, 12, false, "READ(12)", cmd_rw12,
@@ -267,13 +282,21 @@ has_service_actions (uint8_t opcode)
   return opcode == 0x9e || opcode == 0xa3;
 }
 
+/* Whether the LUN has command cm: WRITE ATOMIC(16) only with atomic
+ * writes. */
+static bool
+lun_has (const struct s4k_scsi_lun *lun, const struct command *cm)
+{
+  return cm->opcode != 0x9c || lun->p.atomic.max != 0;
+}
+
 static const struct command *
-find_command (uint8_t opcode, int sa)
+find_command (const struct s4k_scsi_lun *lun, uint8_t opcode, int sa)
 {
   for (size_t i = 0; i < NCOMMANDS; i++)
     if (commands[i].opcode == opcode && (commands[i].sa < 0 ||
                                          commands[i].sa == sa))
-      return &commands[i];
+      return lun_has (lun, &commands[i]) ? &commands[i] : NULL;
   return NULL;
 }
 
@@ -299,6 +322,8 @@ cmd_rsoc (struct ctx *x)
   if (options == 0) {           /* all commands */
     n = 4;
     for (size_t i = 0; i < NCOMMANDS; i++) {
+      if (!lun_has (x->lun, &commands[i]))
+        continue;
       uint8_t *d = b + n;
       d[0] = commands[i].opcode;
       if (commands[i].sa >= 0) {
@@ -319,7 +344,7 @@ cmd_rsoc (struct ctx *x)
         s4k_scsi_opcode_name (opcode))
       return bad_cdb (x->cmd, 3, -1);
     const struct command *cm =
-      find_command (opcode, options == 2 ? sa : -1);
+      find_command (x->lun, opcode, options == 2 ? sa : -1);
     uint8_t one[4 + 16] = { 0 };
     if (!cm) {
       one[1] = 0x01;            /* not supported */
@@ -362,7 +387,7 @@ s4k_scsi_exec (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
                  INVALID_COMMAND_OPERATION_CODE);
   cmd->priv.opcode = cdb[0];
   const int sa = cdb_len > 1 ? cdb[1] & 0x1f : -1;
-  const struct command *cm = find_command (cdb[0], sa);
+  const struct command *cm = find_command (lun, cdb[0], sa);
   if (!cm) {
     if (has_service_actions (cdb[0]))
       return fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST, INVALID_FIELD_IN_CDB,

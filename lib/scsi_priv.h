@@ -4,7 +4,8 @@
  *   scsi_spc.c    primary commands: INQUIRY and its VPD pages, REQUEST
  *                 SENSE, TEST UNIT READY, MODE SENSE / MODE SELECT;
  *   scsi_sbc.c    block commands: START STOP UNIT, READ CAPACITY, READ,
- *                 WRITE, SYNCHRONIZE CACHE, WRITE SAME, UNMAP, VERIFY;
+ *                 WRITE, SYNCHRONIZE CACHE, WRITE SAME, UNMAP, VERIFY,
+ *                 WRITE ATOMIC;
  *   scsi_sense.c  sense data: building it, the sense for an engine
  *                 error, parsing and naming it. */
 #ifndef S4K_SCSI_PRIV_H
@@ -58,6 +59,31 @@ struct s4k_scsi_lun {
   unsigned cuts;                /* power-cut count last seen */
   uint16_t ua;                  /* pending UNIT ATTENTION (asc/ascq), or 0 */
 };
+
+/* The atomic write limits in logical blocks, as the Block Limits page
+ * states them and WRITE ATOMIC(16) enforces (p.atomic.max 0: none).  The
+ * engine's atomic unit is naturally aligned (s4k_atomic_fits: a write
+ * fits within one max-aligned unit, as NVMe's AWUPF with NABSPF and
+ * Linux's power-of-two, naturally aligned RWF_ATOMIC writes): SBC-4 has
+ * no field for that, nor for a boundary no write may cross (Linux's
+ * atomic_write_boundary_bytes, which sd.c sets to 0), so WRITE ATOMIC(16)
+ * refuses a write that crosses a multiple of the maximum or of the
+ * boundary (at least the maximum).  A boundary below the maximum, which
+ * the configuration refuses, would lower the maximum to it. */
+static inline uint32_t
+atomic_max_blocks (const struct s4k_scsi_lun *lun)
+{
+  const struct s4k_atomic *a = &lun->p.atomic;
+  const uint32_t m = a->boundary && a->boundary < a->max ? a->boundary
+                                                         : a->max;
+  return m >> lun->lshift;
+}
+/* ATOMIC ALIGNMENT and ATOMIC TRANSFER LENGTH GRANULARITY (0: none). */
+static inline uint32_t
+atomic_min_blocks (const struct s4k_scsi_lun *lun)
+{
+  return lun->p.atomic.max ? lun->p.atomic.min >> lun->lshift : 0;
+}
 
 /* ---- sense ---------------------------------------------------------------- */
 
@@ -134,7 +160,7 @@ handler cmd_inquiry, cmd_request_sense, cmd_test_unit_ready,
 handler cmd_start_stop_unit, cmd_read_capacity10, cmd_read_capacity16,
         cmd_rw6, cmd_rw10, cmd_rw12, cmd_rw16, cmd_sync10, cmd_sync16,
         cmd_write_same10, cmd_write_same16, cmd_unmap, cmd_verify10,
-        cmd_verify16;
+        cmd_verify16, cmd_write_atomic16;
 /* VERIFY with BYTCHK, once its reads ran: the medium against the
  * data-out. */
 unsigned verify_compare (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd);

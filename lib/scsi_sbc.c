@@ -1,6 +1,7 @@
 /* The SCSI command layer's block commands (SBC-4): START STOP UNIT, READ
- * CAPACITY, READ and WRITE, SYNCHRONIZE CACHE, WRITE SAME, UNMAP and
- * VERIFY, each decoded into the engine operations that carry it out. */
+ * CAPACITY, READ and WRITE, SYNCHRONIZE CACHE, WRITE SAME, UNMAP, VERIFY
+ * and WRITE ATOMIC, each decoded into the engine operations that carry it
+ * out. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +122,48 @@ cmd_rw16 (struct ctx *x)
   const uint8_t *c = x->cdb;
   return read_write (x, c[0] == 0x8a, get64 (c + 2), get32 (c + 10),
                      c[1] & 0x08, 10);
+}
+
+/* -- WRITE ATOMIC(16) -- */
+
+/* SBC-4 5.48: one write, all or nothing (the engine's S4K_ATOMIC), within
+ * the Block Limits page's atomic fields.  Only on a LUN with atomic
+ * writes (s4k_scsi_exec refuses the opcode otherwise). */
+unsigned
+cmd_write_atomic16 (struct ctx *x)
+{
+  struct s4k_scsi_lun *lun = x->lun;
+  struct s4k_scsi_cmd *cmd = x->cmd;
+  const uint8_t *c = x->cdb;
+  const uint64_t lba = get64 (c + 2);
+  const uint32_t n = get16 (c + 12);
+  const uint32_t gran = atomic_min_blocks (lun), unit = atomic_max_blocks (lun);
+  /* ATOMIC BOUNDARY: MAXIMUM ATOMIC BOUNDARY SIZE is 0, so only 0. */
+  if (get16 (c + 10))
+    return bad_cdb (cmd, 10, -1);
+  /* TRANSFER LENGTH above MAXIMUM ATOMIC TRANSFER LENGTH, or not a
+   * multiple of ATOMIC TRANSFER LENGTH GRANULARITY. */
+  if (n > unit || (gran && n % gran))
+    return bad_cdb (cmd, 12, -1);
+  if (n == 0 ? lba > lun->blocks : !in_range (lun, lba, n))
+    return out_of_range (cmd);
+  /* The LBA not a multiple of ATOMIC ALIGNMENT, or the write crossing a
+   * multiple of the maximum: the engine's atomic unit is naturally
+   * aligned (s4k_atomic_fits), which Block Limits cannot say. */
+  if ((gran && lba % gran) || (n && lba / unit != (lba + n - 1) / unit))
+    return bad_cdb (cmd, 2, -1);
+  if (lun->p.readonly)
+    return write_protected (cmd);
+  if (n == 0)
+    return good (cmd);
+  const uint64_t bytes = (uint64_t) n << lun->lshift;
+  if (bytes > x->data_len)
+    return bad_cdb (cmd, 12, -1);
+  cmd->priv.lba = lba;
+  cmd->priv.blocks = n;
+  cmd->priv.kind = KIND_PLAIN;
+  return one_op (cmd, S4K_SCSI_OP_WRITE, x->data, bytes, lba << lun->lshift,
+                 S4K_ATOMIC | (c[1] & 0x08 ? S4K_FUA : 0));
 }
 
 /* -- SYNCHRONIZE CACHE -- */

@@ -66,6 +66,17 @@ vpd_page (const struct s4k_scsi_lun *lun, uint8_t page, uint8_t *b)
     put32 (b + 28, ratio);
     put32 (b + 32, 0x80000000u | (uint32_t) s4k_lowest_aligned (g));
     put64 (b + 36, S4K_SCSI_MAX_WRITE_SAME_BYTES / L);
+    /* SBC-4 6.6.4's atomic fields, which Linux (sd_read_block_limits,
+     * 6.11 on) reads from a page of 0x3c bytes: MAXIMUM ATOMIC TRANSFER
+     * LENGTH, ATOMIC ALIGNMENT, ATOMIC TRANSFER LENGTH GRANULARITY, in
+     * logical blocks.  MAXIMUM ATOMIC TRANSFER LENGTH WITH ATOMIC
+     * BOUNDARY and MAXIMUM ATOMIC BOUNDARY SIZE stay 0: WRITE ATOMIC(16)
+     * takes no ATOMIC BOUNDARY. */
+    if (p->atomic.max) {
+      put32 (b + 44, atomic_max_blocks (lun));
+      put32 (b + 48, atomic_min_blocks (lun));
+      put32 (b + 52, atomic_min_blocks (lun));
+    }
     break;
   }
   case 0xb1:                    /* block device characteristics */

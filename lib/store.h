@@ -7,6 +7,7 @@
 #ifndef S4K_STORE_H
 #define S4K_STORE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -58,7 +59,8 @@ struct s4k_store_req {
   void *bounce;                    /* malloc'd; freed with the request */
   size_t bounce_len;
   uint64_t cover_last, cover_clock; /* the upstream store: what a flush
-                                       covers (struct flush_cover) */
+                                       covers (struct flush_cover), */
+  unsigned cover_gen;              /* and the connection it went on */
   struct s4k_extent_rounder round; /* the upstream store: extents so far, */
   uint64_t round_from;             /* and where its last block status began */
 };
@@ -156,6 +158,11 @@ struct s4k_store {
    * must keep every such write whole to a read, across its chunks too
    * (the memory store: see "Atomic writes" at its top). */
   uint32_t atomic_max;
+  /* Times writes the store had acknowledged may have been lost (an
+   * upstream connection died before a flush covered them); 0 for a store
+   * that cannot lose any.  The engine tells each client connection at
+   * its next flush (struct s4k_client). */
+  _Atomic uint64_t losses;
 };
 
 /* True if a store over an upstream (another NBD server, nbdkit's next

@@ -85,11 +85,12 @@
  *   of all its chunks, copies, then ends them all, so it is active on
  *   every chunk while any of its bytes change.  A read that spans
  *   chunks within one atomic unit (a naturally aligned atomic_max of
- *   device bytes: no atomic write crosses one) loads the words of all
- *   those chunks, copies them all, and keeps the copy only if none was
- *   active and their sum is unchanged (every word only grows, so an
- *   equal sum is every word unchanged; a leaf that appears meanwhile
- *   adds its word).  Then there is a moment between the last first
+ *   device bytes: no atomic write crosses one; with an alignment
+ *   offset even a unit no larger than a chunk spans two) loads the
+ *   words of all those chunks, copies them all, and keeps the copy
+ *   only if none was active and their sum is unchanged (every word
+ *   only grows, so an equal sum is every word unchanged; a leaf that
+ *   appears meanwhile adds its word).  Then there is a moment between the last first
  *   load and the first second load at which no chunk read was being
  *   written and every copy holds that moment's bytes: a spanning write
  *   had either begun none of those chunks then or ended them all.
@@ -559,7 +560,10 @@ read_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
   for (unsigned i = 0; i < nio; i++) {
     char *buf = io[i].buf;
     uint64_t off = io[i].off;
-    if (__builtin_expect (m->base.atomic_max > m->chunk, 0)) {
+    /* Units span chunks when larger, or off chunk boundaries (an
+     * alignment offset: units start at multiples from LBA 0). */
+    if (__builtin_expect (m->base.atomic_max != 0, 0) &&
+        (m->base.atomic_max > m->chunk || m->shift)) {
       int r = read_units (m, buf, io[i].len, off);
       if (r)
         return r;

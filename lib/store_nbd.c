@@ -18,15 +18,26 @@
  * as a flush of the same connection after the write.
  *
  * A connection that fails (the upstream died or restarted) is closed:
- * its requests get EIO and the next request connects again.  If it had
- * writes no flush covered, the next flush fails with EIO too, since they
- * may be gone.
+ * its requests get EIO and the next request connects again; the pool's
+ * idle connections that died with it are closed at once.  If writes no
+ * flush covered were left, on it or on any other, they may be gone: the
+ * store counts a loss, and each client connection learns of it at its
+ * next flush (struct s4k_client).  A flush itself goes on past a
+ * connection that dies: what it lost is counted, the rest is flushed.
+ *
+ * Timeout (upstream-timeout=, default 30 s): the connect at start fails
+ * in one line, and a request fails with EIO, when the upstream says
+ * nothing for that long while it waits; its connection is closed, as
+ * one that died.  The synchronous path runs libnbd's nbd_aio_* calls
+ * and polls with the timeout (the blocking calls have none); the loops
+ * watch their connection (store_nbd_aio.c).
  *
  * Partial writes: where the export's minimum block size allows it (and
  * upstream-partial-writes= is not false), a write that cuts physical
  * sectors goes upstream as it is (partial_writes in store.h), on either
  * path: the upstream merges it, one round trip instead of a read and a
  * write. */
+#define _GNU_SOURCE             /* POLLRDHUP */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -36,27 +47,60 @@
 #include <string.h>
 
 #include <libnbd.h>
+#include <poll.h>
 
 #include "sect4k/extents.h"
 #include "sect4k/sect4k.h"
 #include "store_nbd.h"
 #include "store_nbd_priv.h"
 
+/* Milliseconds from now to the deadline (ns), for poll: -1 without one
+ * (0), 0 once past. */
+static int
+ms_left (uint64_t deadline)
+{
+  if (!deadline)
+    return -1;
+  uint64_t now = s4k_now_ns ();
+  return now >= deadline ? 0 : (int) ((deadline - now + 999999) / 1000000);
+}
+
+static uint64_t
+deadline_of (uint64_t timeout)
+{
+  return timeout ? s4k_now_ns () + timeout : 0;
+}
+
 static struct nbd_handle *
-connect_upstream (const char *uri, char *err, size_t errlen)
+connect_upstream (struct nbd_store *u, char *err, size_t errlen)
 {
   struct nbd_handle *h = nbd_create ();
   if (!h) {
-    snprintf (err, errlen, "upstream=%s: %s", uri, nbd_get_error ());
+    snprintf (err, errlen, "upstream=%s: %s", u->uri, nbd_get_error ());
     return NULL;
   }
   /* The URI is the operator's (upstream=), so its tls-certificates= and
    * tls-psk-file= may name local files. */
+  int r = 0;
   if (nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1 ||
       nbd_set_uri_allow_local_file (h, true) == -1 ||
-      nbd_connect_uri (h, uri) == -1) {
-    snprintf (err, errlen, "upstream=%s: cannot connect: %s", uri,
-              nbd_get_error ());
+      nbd_aio_connect_uri (h, u->uri) == -1)
+    r = -1;
+  /* The connect and the handshake, within the timeout. */
+  const uint64_t deadline = deadline_of (u->timeout);
+  while (r == 0 && nbd_aio_is_connecting (h)) {
+    int ms = ms_left (deadline);
+    if (ms == 0) {
+      snprintf (err, errlen, "upstream=%s: no answer in %gs "
+                "(upstream-timeout=)", u->uri, u->timeout / 1e9);
+      nbd_close (h);
+      return NULL;
+    }
+    r = nbd_poll (h, ms) == -1 ? -1 : 0;
+  }
+  if (r == -1 || !nbd_aio_is_ready (h)) {
+    snprintf (err, errlen, "upstream=%s: cannot connect: %s", u->uri,
+              nbd_get_error () ? nbd_get_error () : "the server hung up");
     nbd_close (h);
     return NULL;
   }
@@ -89,7 +133,7 @@ get_conn (struct nbd_store *u, int *r)
   }
   if (!c->h) {
     char err[256];
-    c->h = connect_upstream (u->uri, err, sizeof err);
+    c->h = connect_upstream (u, err, sizeof err);
     if (c->h && !up_export_ok (u, c->h)) {
       nbd_close (c->h);
       c->h = NULL;
@@ -104,7 +148,43 @@ get_conn (struct nbd_store *u, int *r)
   return c;
 }
 
-int
+static void
+conn_lost (struct nbd_store *u, struct conn *c)
+{
+  mark_lost (u, &c->mark);
+  nbd_close (c->h);
+  c->h = NULL;
+}
+
+/* One connection died: the upstream may have.  The pool's idle ones
+ * whose upstream hung up died too: closed now, so that the requests
+ * after do not each find one more dead.  (Hung up, not just readable: a
+ * TLS upstream may send session tickets to an idle connection.) */
+static void
+reap_idle (struct nbd_store *u)
+{
+  for (unsigned i = 0; i < u->n; i++) {
+    struct conn *c = &u->conns[i];
+    if (pthread_mutex_trylock (&c->lock) != 0)
+      continue;
+    struct pollfd p = { .fd = c->h ? nbd_aio_get_fd (c->h) : -1,
+                        .events = POLLRDHUP };
+    if (p.fd >= 0 && poll (&p, 1, 0) == 1 &&
+        (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+      conn_lost (u, c);
+    pthread_mutex_unlock (&c->lock);
+  }
+}
+
+void
+up_timed_out (struct nbd_store *u)
+{
+  fprintf (stderr, "sect4k: upstream=%s: no answer in %gs "
+           "(upstream-timeout=): closing the connection, its requests "
+           "fail with EIO\n", u->uri, u->timeout / 1e9);
+}
+
+static int
 up_check (struct nbd_store *u, struct conn *c, int r)
 {
   if (r != -1)
@@ -112,12 +192,32 @@ up_check (struct nbd_store *u, struct conn *c, int r)
   int e = nbd_get_errno ();
   if (nbd_aio_is_dead (c->h) || nbd_aio_is_closed (c->h) ||
       !nbd_aio_is_ready (c->h)) {
-    mark_lost (u, &c->mark);
-    nbd_close (c->h);
-    c->h = NULL;
+    conn_lost (u, c);
+    reap_idle (u);
     return -EIO;
   }
   return -(e > 0 ? e : EIO);
+}
+
+int
+up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie)
+{
+  int r = cookie == -1 ? -1 : 0;
+  uint64_t deadline = deadline_of (u->timeout);
+  while (r == 0 && (r = nbd_aio_command_completed (c->h, cookie)) == 0) {
+    int ms = ms_left (deadline);
+    if (ms == 0) {
+      up_timed_out (u);
+      conn_lost (u, c);
+      return -EIO;
+    }
+    int p = nbd_poll (c->h, ms);
+    if (p == -1)
+      r = -1;
+    else if (p == 1)
+      deadline = deadline_of (u->timeout);  /* it said something */
+  }
+  return up_check (u, c, r == 1 ? 0 : -1);
 }
 
 int
@@ -164,10 +264,13 @@ sync_send (void *arg, enum cmd cmd, char *buf, uint64_t len, uint64_t off,
 {
   struct sync_arg *a = arg;
   struct nbd_handle *h = a->c->h;
-  int r = up_check (a->u, a->c,
-                    cmd == CMD_READ ? nbd_pread (h, buf, len, off, flags)
-                    : cmd == CMD_WRITE ? nbd_pwrite (h, buf, len, off, flags)
-                    : nbd_zero (h, len, off, flags));
+  const nbd_completion_callback none = NBD_NULL_COMPLETION;
+  int r = up_cmd (a->u, a->c,
+                  cmd == CMD_READ
+                  ? nbd_aio_pread (h, buf, len, off, none, flags)
+                  : cmd == CMD_WRITE
+                  ? nbd_aio_pwrite (h, buf, len, off, none, flags)
+                  : nbd_aio_zero (h, len, off, none, flags));
   if (r == 0 && cmd != CMD_READ)
     mark_write (a->u, &a->c->mark);
   return r;
@@ -177,7 +280,7 @@ int
 up_flush_conn (struct nbd_store *u, struct conn *c)
 {
   struct flush_cover cover = mark_cover (u, &c->mark);
-  int r = up_check (u, c, nbd_flush (c->h, 0));
+  int r = up_cmd (u, c, nbd_aio_flush (c->h, NBD_NULL_COMPLETION, 0));
   if (r == 0)
     mark_flushed (u, &c->mark, cover);
   return r;
@@ -231,36 +334,50 @@ nbd_store_trim (struct s4k_store *s, uint64_t len, uint64_t off, bool fua)
   return nbd_store_zero (s, len, off, true, fua);
 }
 
+int
+up_flush_dirty (struct nbd_store *u, struct conn *c)
+{
+  if (!c->h || !mark_dirty (u, &c->mark))
+    return 0;
+  int r = up_flush_conn (u, c);
+  return c->h ? r : 0;
+}
+
 /* The synchronous flush covers the pool: with multi-conn every loop's
  * connection too; without it, the loops' connections are the
- * asynchronous flush's (front ends use one path or the other). */
+ * asynchronous flush's (front ends use one path or the other).  Lost
+ * writes are reported per client connection, by the engine. */
 static int
 nbd_store_flush (struct s4k_store *s)
 {
   struct nbd_store *u = (struct nbd_store *) s;
   int r = 0;
-  /* Taken before the flush: a connection that dies during it sets it
-   * again for the next one. */
-  bool lost = atomic_exchange (&u->lost_writes, false);
   if (!u->can_flush)
-    ;                           /* the upstream writes through */
-  else if (u->multi_conn) {
-    struct conn *c = up_any_dirty (u) ? get_conn (u, &r) : NULL;
-    if (c) {
+    return 0;                   /* the upstream writes through */
+  if (u->multi_conn) {
+    /* One flush covers all; one that found its connection dead goes
+     * again on the next (which connects again). */
+    for (unsigned i = 0; i <= u->n && up_any_dirty (u); i++) {
+      struct conn *c = get_conn (u, &r);
+      if (!c)
+        return r;
       r = up_flush_conn (u, c);
+      bool died = !c->h;
       pthread_mutex_unlock (&c->lock);
+      if (!died)
+        return r;
     }
+    return up_any_dirty (u) ? -EIO : 0;
   }
-  else
-    for (unsigned i = 0; i < u->n; i++) {
-      struct conn *c = &u->conns[i];
-      pthread_mutex_lock (&c->lock);
-      int e = c->h && mark_dirty (u, &c->mark) ? up_flush_conn (u, c) : 0;
-      pthread_mutex_unlock (&c->lock);
-      if (e && !r)
-        r = e;
-    }
-  return r ? r : lost ? -EIO : 0;
+  for (unsigned i = 0; i < u->n; i++) {
+    struct conn *c = &u->conns[i];
+    pthread_mutex_lock (&c->lock);
+    int e = up_flush_dirty (u, c);
+    pthread_mutex_unlock (&c->lock);
+    if (e && !r)
+      r = e;
+  }
+  return r;
 }
 
 /* ---- extents: the upstream's runs, zero only over whole sectors ------- */
@@ -295,10 +412,11 @@ nbd_store_extents (struct s4k_store *s, uint64_t len, uint64_t off,
   while (w.pos < end && !w.stop && r == 0) {
     uint64_t before = w.pos;
     uint64_t n = end - w.pos < ZERO_CHUNK ? end - w.pos : ZERO_CHUNK;
-    r = up_check (u, c, nbd_block_status (c->h, n, w.pos,
-                                       (nbd_extent_callback) {
-                                         .callback = up_extent_cb,
-                                         .user_data = &w }, 0));
+    r = up_cmd (u, c, nbd_aio_block_status (c->h, n, w.pos,
+                                            (nbd_extent_callback) {
+                                              .callback = up_extent_cb,
+                                              .user_data = &w },
+                                            NBD_NULL_COMPLETION, 0));
     if (r == 0 && w.pos <= before)
       r = -EIO;                 /* the upstream answered nothing */
   }
@@ -325,16 +443,33 @@ nbd_store_info (const struct s4k_store *s)
   return ((const struct nbd_store *) s)->info;
 }
 
+/* nbd_shutdown would wait for the upstream to hang up, forever if it
+ * is silent: the disconnect goes out, and the upstream has until the
+ * deadline (shared by every handle) to close. */
+void
+up_close_handle (struct nbd_handle *h, uint64_t *deadline)
+{
+  if (!*deadline)
+    *deadline = s4k_now_ns () + 1000000000u;
+  if (nbd_aio_is_ready (h) && nbd_aio_in_flight (h) == 0 &&
+      nbd_aio_disconnect (h, 0) == 0)
+    while (!nbd_aio_is_closed (h) && !nbd_aio_is_dead (h)) {
+      int ms = ms_left (*deadline);
+      if (ms == 0 || nbd_poll (h, ms) == -1)
+        break;
+    }
+  nbd_close (h);
+}
+
 static void
 nbd_store_close (struct s4k_store *s)
 {
   struct nbd_store *u = (struct nbd_store *) s;
-  up_aio_close (u);
+  uint64_t deadline = 0;
+  up_aio_close (u, &deadline);
   for (unsigned i = 0; i < u->n; i++) {
-    if (u->conns[i].h) {
-      nbd_shutdown (u->conns[i].h, 0);
-      nbd_close (u->conns[i].h);
-    }
+    if (u->conns[i].h)
+      up_close_handle (u->conns[i].h, &deadline);
     pthread_mutex_destroy (&u->conns[i].lock);
   }
   pthread_mutex_destroy (&u->loops_lock);
@@ -454,6 +589,7 @@ s4k_nbd_store_new (const struct s4k_config *c, uint64_t *size, char *err,
     return NULL;
   }
   u->base.ops = &nbd_ops;
+  u->timeout = c->upstream_timeout;
   u->base.async = u->base.async_extents = true;
   pthread_mutex_init (&u->loops_lock, NULL);
   u->n = c->upstream_connections ? c->upstream_connections : 4;
@@ -464,7 +600,7 @@ s4k_nbd_store_new (const struct s4k_config *c, uint64_t *size, char *err,
   /* Every connection now: a bad URI fails at start, not at the first
    * request. */
   for (unsigned i = 0; i < u->n; i++)
-    if (!(u->conns[i].h = connect_upstream (u->uri, err, errlen)) ||
+    if (!(u->conns[i].h = connect_upstream (u, err, errlen)) ||
         (i == 0 && probe (u, c, size, err, errlen) == -1)) {
       nbd_store_close (&u->base);
       return NULL;

@@ -15,8 +15,16 @@
  * for FUA, then req->done) from the loop's post queue.
  *
  * A connection that dies fails its commands in flight (EIO); it is
- * closed, with lost_writes set if it had writes no flush covered, and
- * the next request connects again.
+ * closed, counting a loss if writes no flush covered were left
+ * (mark_lost), and the next request connects again.  The loop polls its
+ * idle connection too, so it notices at once when the upstream dies.  A
+ * flush goes on past a connection that dies during it (its loss is
+ * counted, and reported per client connection by the engine).
+ *
+ * upstream-timeout=: a loop's connection that waits (connecting, or
+ * commands in flight) while its socket says nothing for that long is
+ * closed as one that died (its requests fail with EIO): a timer of the
+ * loop's ring, armed while it waits, checks when it last heard of it.
  *
  * Block status goes the same way (nbd_aio_block_status), its replies
  * rounded to whole physical sectors by the same callback as the
@@ -33,11 +41,13 @@
  * completion callback, before the client can see it acknowledged, so a
  * flush received after the acknowledgement finds it. */
 #include <errno.h>
+#include <linux/time_types.h>
 #include <liburing.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include "sect4k/sect4k.h"
 #include "store_nbd_priv.h"
@@ -56,11 +66,17 @@ struct aloop {
   struct s4k_loop *loop;
   struct nbd_store *u;
   struct nbd_handle *h;          /* NULL: connect at the next request */
-  unsigned gen;                  /* counts connections */
+  unsigned gen;                  /* counts connections, from 1 */
   bool connecting, connected_before;
   struct apoll rd, wr;
   /* Requests waiting for the connection, linked by piece[0].c.next. */
   struct s4k_completion *waiting, **waiting_tail;
+  /* upstream-timeout=: while busy (waiting on the upstream), the timer
+   * is armed; heard is when the socket last said anything. */
+  bool busy, timer_armed;
+  uint64_t heard;
+  struct s4k_completion timer;
+  struct __kernel_timespec due;
 };
 
 /* What a request (struct s4k_store_req) holds of the store's:
@@ -74,6 +90,7 @@ struct aloop {
  *                             the last command began */
 
 static void after_io (struct aloop *al);
+static void timer_done (struct s4k_completion *c, int res);
 
 /* The loop's connection state, made at its first request.  NULL if the
  * store has MAX_LOOPS already. */
@@ -91,6 +108,8 @@ loop_get (struct nbd_store *u, struct s4k_loop *loop)
     al->loop = loop;
     al->u = u;
     al->rd.al = al->wr.al = al;
+    al->gen = 1;
+    al->timer.fn = timer_done;
     al->waiting_tail = &al->waiting;
     u->loops[n] = al;
     atomic_store_explicit (&u->nloops, n + 1, memory_order_release);
@@ -211,6 +230,7 @@ send_flush (struct aloop *al, struct s4k_store_req *q)
   struct flush_cover c = mark_cover (al->u, &al->mark);
   q->cover_last = c.last;
   q->cover_clock = c.clock;
+  q->cover_gen = al->gen;
   nbd_completion_callback cb = { .callback = flush_done, .user_data = q,
                                  .free = cmd_free };
   q->inflight++;
@@ -365,6 +385,55 @@ connected (struct aloop *al)
   }
 }
 
+/* The timer fires at *when (ns). */
+static void
+arm_timer (struct aloop *al, uint64_t when)
+{
+  al->due.tv_sec = when / 1000000000u;
+  al->due.tv_nsec = when % 1000000000u;
+  al->timer_armed = true;
+  s4k_loop_timeout (al->loop, &al->timer, &al->due);
+}
+
+/* Whether the connection now waits on the upstream: the timer runs from
+ * when it began to. */
+static void
+watch (struct aloop *al)
+{
+  const uint64_t t = al->u->timeout;
+  bool busy = al->h && (al->connecting || nbd_aio_in_flight (al->h) > 0);
+  if (busy && !al->busy)
+    al->heard = s4k_now_ns ();
+  al->busy = busy;
+  if (busy && t && !al->timer_armed)
+    arm_timer (al, al->heard + t);
+}
+
+static void
+timer_done (struct s4k_completion *c, int res)
+{
+  struct aloop *al = s4k_container_of (c, struct aloop, timer);
+  (void) res;
+  al->timer_armed = false;
+  if (!al->busy)
+    return;
+  if (s4k_now_ns () - al->heard < al->u->timeout) {
+    arm_timer (al, al->heard + al->u->timeout);
+    return;
+  }
+  up_timed_out (al->u);
+  /* Closing it would only free the commands in flight: cut the socket,
+   * so that libnbd fails them (EIO) as for an upstream that died.  A
+   * connection still connecting has none. */
+  if (!al->connecting) {
+    shutdown (nbd_aio_get_fd (al->h), SHUT_RDWR);
+    nbd_aio_notify_read (al->h);
+  }
+  if (al->h && !nbd_aio_is_dead (al->h))
+    teardown (al);
+  after_io (al);
+}
+
 /* After any call into the connection: notices that it connected or died,
  * and polls for what it waits for next. */
 static void
@@ -377,9 +446,10 @@ after_io (struct aloop *al)
       connected (al);
     else {
       rearm (al);
-      return;
+      break;
     }
   }
+  watch (al);
 }
 
 static void
@@ -390,6 +460,7 @@ poll_done (struct s4k_completion *c, int res)
   (void) res;                   /* errors and hang-ups: libnbd sees them */
   p->busy = false;
   if (al->h && p->gen == al->gen) {
+    al->heard = s4k_now_ns ();  /* the socket said something */
     unsigned dir = nbd_aio_get_direction (al->h);
     if (p == &al->rd && (dir & LIBNBD_AIO_DIRECTION_READ))
       nbd_aio_notify_read (al->h);
@@ -427,6 +498,19 @@ req_end (struct s4k_completion *c, int res)
   struct s4k_store_req *q = s4k_container_of (c, struct s4k_store_piece,
                                               c)->req;
   q->done (q, q->err);
+}
+
+/* A client's flush ended.  Its connection closed since it was sent (the
+ * teardown runs before this posted step): what it lost is counted, not
+ * the flush's error. */
+static void
+flush_end (struct s4k_completion *c, int res)
+{
+  struct s4k_store_req *q = s4k_container_of (c, struct s4k_store_piece,
+                                              c)->req;
+  if (q->err == -EIO && q->cover_gen && loop_of (q)->gen != q->cover_gen)
+    q->err = 0;
+  req_end (c, res);
 }
 
 /* The commands ended: for FUA on an upstream without it, a flush of the
@@ -506,10 +590,12 @@ struct xflush {
   _Atomic unsigned pending;      /* loops still flushing, + 1 while asking */
   _Atomic int err;
   struct xsub {
-    struct s4k_completion c;     /* posted to the loop asked */
+    struct s4k_completion c;     /* posted to the loop asked, then to it
+                                    again once its flush ended */
     struct xflush *x;
     struct aloop *al;
     struct flush_cover cover;
+    unsigned gen;                /* the connection it went on */
     int err;
   } sub[MAX_LOOPS];
 };
@@ -545,11 +631,22 @@ sub_done (void *opaque, int *error)
     mark_flushed (s->al->u, &s->al->mark, s->cover);
   return 1;
 }
+/* On the loop asked, after its flush ended (and after the teardown of
+ * a connection that died meanwhile: its loss is counted, not an error
+ * of the flush). */
+static void
+sub_end (struct s4k_completion *c, int res)
+{
+  (void) res;
+  struct xsub *s = s4k_container_of (c, struct xsub, c);
+  xflush_put (s->x, s->al->gen != s->gen ? 0 : s->err);
+}
 static void
 sub_free (void *opaque)
 {
   struct xsub *s = opaque;
-  xflush_put (s->x, s->err);
+  s->c.fn = sub_end;
+  s->al->loop->post (s->al->loop, &s->c);
 }
 
 /* On the loop asked: flushes its connection if it is still dirty (a
@@ -569,6 +666,7 @@ sub_run (struct s4k_completion *c, int res)
     return;
   }
   s->cover = mark_cover (al->u, &al->mark);
+  s->gen = al->gen;
   s->err = -EIO;                /* unless it is answered */
   nbd_completion_callback cb = { .callback = sub_done, .user_data = s,
                                  .free = sub_free };
@@ -581,13 +679,10 @@ static int
 flush_begin (struct aloop *al, struct s4k_store_req *q)
 {
   struct nbd_store *u = al->u;
-  /* Taken before the flush: a connection that dies during it sets it
-   * again for the next one. */
-  q->err = atomic_exchange (&u->lost_writes, false) ? -EIO : 0;
   if (!u->can_flush)
-    return q->err;              /* the upstream writes through */
+    return 0;                   /* the upstream writes through */
   if (u->multi_conn)
-    return up_any_dirty (u) ? start (al, q) : q->err;
+    return up_any_dirty (u) ? start (al, q) : 0;
 
   /* Without multi-conn.  The pool's connections: in place (blocking;
    * the server writes through them only with a fault layer, which has
@@ -597,8 +692,7 @@ flush_begin (struct aloop *al, struct s4k_store_req *q)
     if (!mark_dirty (u, &c->mark))
       continue;
     pthread_mutex_lock (&c->lock);
-    if (c->h && mark_dirty (u, &c->mark))
-      note_error (q, up_flush_conn (u, c));
+    note_error (q, up_flush_dirty (u, c));
     pthread_mutex_unlock (&c->lock);
   }
   /* The other loops'. */
@@ -662,9 +756,10 @@ up_submit (struct s4k_store *s, struct s4k_store_req *q)
     return sync_call (s, q);
   q->store = s;
   q->err = 0;
+  q->cover_gen = 0;             /* no flush sent yet */
   q->inflight = 0;
   q->piece[0] = (struct s4k_store_piece) {
-    .c.fn = q->kind == S4K_REQ_FLUSH ? req_end
+    .c.fn = q->kind == S4K_REQ_FLUSH ? flush_end
             : q->kind == S4K_REQ_EXTENTS ? after_status : after_cmds,
     .req = q };
   if (q->kind == S4K_REQ_FLUSH)
@@ -681,16 +776,13 @@ up_submit (struct s4k_store *s, struct s4k_store_req *q)
 
 /* At the store's close, the loops gone. */
 void
-up_aio_close (struct nbd_store *u)
+up_aio_close (struct nbd_store *u, uint64_t *deadline)
 {
   unsigned n = atomic_load (&u->nloops);
   for (unsigned i = 0; i < n; i++) {
     struct aloop *al = u->loops[i];
-    if (al->h) {
-      if (nbd_aio_is_ready (al->h))
-        nbd_shutdown (al->h, 0);
-      nbd_close (al->h);
-    }
+    if (al->h)
+      up_close_handle (al->h, deadline);
     free (al);
   }
 }

@@ -26,8 +26,12 @@
  * stamp a flush on that connection covered.  With multi-conn a flush on
  * any connection covers the writes every connection completed before it
  * was sent: the store's `flushed` is that.  A connection is dirty while
- * it has a write above both; one that dies dirty makes the next flush
- * fail (lost_writes).  Atomics: a flush on one thread reads them all. */
+ * it has a write above both.  A connection that dies while any is dirty
+ * counts a loss (struct s4k_store's `losses`): the upstream may have
+ * crashed, and the others may not have noticed yet.  Each client
+ * connection whose writes no flush of its own covered learns of it at
+ * its next flush (struct s4k_client).  Atomics: a flush on one thread
+ * reads them all. */
 struct mark {
   _Atomic uint64_t last, flushed;
 };
@@ -50,9 +54,9 @@ struct nbd_store {
   _Atomic unsigned next;
   uint64_t export_size;
   uint32_t chunk;                /* largest read or write sent at once */
+  uint64_t timeout;              /* upstream-timeout= in ns (0: none) */
   bool multi_conn, can_flush, can_fua, can_zero, can_fast_zero,
        can_extents, readonly;
-  _Atomic bool lost_writes;      /* a dirty connection died */
   _Atomic uint64_t reconnects;
   _Atomic uint64_t clock;        /* stamps of completed writes */
   _Atomic uint64_t flushed;      /* with multi-conn: stamps a flush covered */
@@ -110,12 +114,17 @@ mark_flushed (struct nbd_store *u, struct mark *m, struct flush_cover c)
     raise_to (&u->flushed, c.clock);
 }
 
-/* m's connection died: writes no flush covered may be gone. */
+/* True if some connection, of the pool or of a loop, is dirty
+ * (store_nbd_aio.c). */
+bool up_any_dirty (struct nbd_store *u);
+
+/* m's connection died: writes no flush covered may be gone, its own
+ * and, if the upstream crashed, those of every other connection. */
 static inline void
 mark_lost (struct nbd_store *u, struct mark *m)
 {
-  if (mark_dirty (u, m))
-    atomic_store (&u->lost_writes, true);
+  if (up_any_dirty (u))
+    atomic_fetch_add (&u->base.losses, 1);
   raise_to (&m->flushed, atomic_load (&m->last));
 }
 
@@ -140,11 +149,21 @@ int up_send_range (struct nbd_store *u, send_fn *send, void *arg,
 /* True if h still serves the export the device was built on. */
 bool up_export_ok (struct nbd_store *u, struct nbd_handle *h);
 
-/* Ends a synchronous command on c: 0 or -errno.  A connection that died
- * is closed (its request gets EIO). */
-int up_check (struct nbd_store *u, struct conn *c, int r);
+/* Waits for the command cookie (nbd_aio_*'s result) on c, locked, and
+ * ends it: 0 or -errno.  A connection that died, or whose upstream said
+ * nothing for u->timeout, is closed (its request gets EIO). */
+int up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie);
+/* One line on stderr: the upstream said nothing for u->timeout, and the
+ * connection is closed. */
+void up_timed_out (struct nbd_store *u);
+/* Closes h, telling the upstream (NBD_CMD_DISC) without waiting long
+ * for it: the store is closing (at most until *deadline, ns). */
+void up_close_handle (struct nbd_handle *h, uint64_t *deadline);
 /* A synchronous flush of c (locked, connected). */
 int up_flush_conn (struct nbd_store *u, struct conn *c);
+/* The same if c (locked) is dirty: 0 also if the connection died (its
+ * loss is counted, and the caller's flush goes on). */
+int up_flush_dirty (struct nbd_store *u, struct conn *c);
 /* Block status replies into a struct s4k_extent_rounder (opaque): the
  * one mapping of the upstream's runs, for both paths. */
 int up_extent_cb (void *opaque, const char *context, uint64_t offset,
@@ -152,8 +171,6 @@ int up_extent_cb (void *opaque, const char *context, uint64_t offset,
 
 /* store_nbd_aio.c */
 int up_submit (struct s4k_store *s, struct s4k_store_req *q);
-/* True if some connection, of the pool or of a loop, is dirty. */
-bool up_any_dirty (struct nbd_store *u);
-void up_aio_close (struct nbd_store *u);
+void up_aio_close (struct nbd_store *u, uint64_t *deadline);
 
 #endif

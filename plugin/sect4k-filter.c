@@ -28,6 +28,7 @@
 
 #include "sect4k/extents.h"
 #include "sect4k/sect4k.h"
+#include "sect4k/unixsock.h"
 #include "glue.h"
 /* The one front end that brings its own store (the next layer): the
  * store interface is otherwise private to lib/. */
@@ -263,7 +264,7 @@ static const struct s4k_store_ops next_ops = {
  * store. */
 static const char *const not_ours[] = {
   "size", "file", "direct", "io", "upstream", "upstream-connections",
-  "export", "exports", NULL
+  "upstream-timeout", "export", "exports", NULL
 };
 
 static bool
@@ -385,6 +386,13 @@ sect4k_config_complete (nbdkit_next_config_complete *next,
   char err[512];
   if (s4k_config_finish (&cfg, err, sizeof err) == -1) {
     nbdkit_error ("%s", err);
+    return -1;
+  }
+  /* The control socket opens with the device, at the first connection:
+   * a path another server answers on is refused now, at startup. */
+  if (cfg.fault.control &&
+      s4k_unix_probe (cfg.fault.control, err, sizeof err) == -1) {
+    nbdkit_error ("control=%s: %s", cfg.fault.control, err);
     return -1;
   }
   return next (nxdata);

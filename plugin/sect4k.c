@@ -35,6 +35,7 @@ struct handle {
   atomic_bool refused_once;     /* strict refusals are logged once */
   atomic_bool cut_logged;
   unsigned epoch;               /* power cuts before the connection opened */
+  struct s4k_client client;     /* its writes a loss may have taken */
 };
 
 static inline struct s4k_dev *
@@ -42,6 +43,15 @@ dev_of (void *handle)
 {
   return ((struct handle *) handle)->dev;
 }
+
+/* An engine call for h's client connection: a flush reports the writes
+ * of this connection a loss may have taken (s4k_client, sect4k.h). */
+#define AS_CLIENT(h, op, flags, call)                                      \
+  __extension__ ({                                                          \
+    struct handle *h_ = (h);                                                \
+    uint64_t t_ = s4k_client_begin (h_->dev, &h_->client, (op), (flags));   \
+    s4k_client_end (h_->dev, &h_->client, (op), t_, (call));                \
+  })
 
 static void
 sect4k_load (void)
@@ -315,8 +325,9 @@ sect4k_pwrite (void *h, const void *buf, uint32_t count, uint64_t offset,
   if (cut_off (h))
     return -1;
   /* FUA is the only flag nbdkit passes to a write. */
-  return result (h, s4k_write (dev_of (h), buf, count, offset,
-                              flags & NBDKIT_FLAG_FUA ? S4K_FUA : 0),
+  const unsigned f = flags & NBDKIT_FLAG_FUA ? S4K_FUA : 0;
+  return result (h, AS_CLIENT (h, S4K_OP_WRITE, f,
+                               s4k_write (dev_of (h), buf, count, offset, f)),
                  S4K_OP_WRITE, count, offset);
 }
 
@@ -325,7 +336,9 @@ sect4k_zero (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   if (cut_off (h))
     return -1;
-  return result (h, s4k_zero (dev_of (h), count, offset, s4k_glue_flags (flags)),
+  const unsigned f = s4k_glue_flags (flags);
+  return result (h, AS_CLIENT (h, S4K_OP_ZERO, f,
+                               s4k_zero (dev_of (h), count, offset, f)),
                  S4K_OP_ZERO, count, offset);
 }
 
@@ -334,7 +347,9 @@ sect4k_trim (void *h, uint32_t count, uint64_t offset, uint32_t flags)
 {
   if (cut_off (h))
     return -1;
-  return result (h, s4k_trim (dev_of (h), count, offset, s4k_glue_flags (flags)),
+  const unsigned f = s4k_glue_flags (flags);
+  return result (h, AS_CLIENT (h, S4K_OP_TRIM, f,
+                               s4k_trim (dev_of (h), count, offset, f)),
                  S4K_OP_TRIM, count, offset);
 }
 
@@ -344,7 +359,8 @@ sect4k_flush (void *h, uint32_t flags)
   if (cut_off (h))
     return -1;
   (void) flags;
-  return result (h, s4k_flush (dev_of (h)), S4K_OP_FLUSH, 0, 0);
+  return result (h, AS_CLIENT (h, S4K_OP_FLUSH, 0, s4k_flush (dev_of (h))),
+                 S4K_OP_FLUSH, 0, 0);
 }
 
 static int

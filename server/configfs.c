@@ -408,8 +408,8 @@ find_by_id (const char *sd, char *out, size_t len)
 }
 
 struct scsi_front *
-scsi_start (struct s4k_exports *t, bool readonly, bool verbose, char *err,
-            size_t errlen)
+scsi_start (struct s4k_exports *t, bool readonly, bool verbose, FILE *out,
+            char *err, size_t errlen)
 {
   struct scsi_front *f = calloc (1, sizeof *f);
   if (!f || !(f->v = calloc (t->n, sizeof *f->v))) {
@@ -475,14 +475,25 @@ scsi_start (struct s4k_exports *t, bool readonly, bool verbose, char *err,
   for (size_t i = 0; i < f->n; i++) {
     char id[PATH_MAX];
     find_by_id (f->v[i].sd, id, sizeof id);
-    printf ("/dev/%s %s%s%s\n", f->v[i].sd,
-            f->v[i].x->name[0] ? f->v[i].x->name : "-", id[0] ? " " : "", id);
+    const char *name = f->v[i].x->name[0] ? f->v[i].x->name : "-";
+    if (out)
+      fprintf (out, "/dev/%s %s%s%s\n", f->v[i].sd, name, id[0] ? " " : "",
+               id);
+    else
+      log_msg ("/dev/%s %s%s%s", f->v[i].sd, name, id[0] ? " " : "", id);
   }
-  fflush (stdout);
+  if (out)
+    fflush (out);
   return f;
 fail:
   scsi_stop (f);
   return NULL;
+}
+
+const char *
+scsi_front_disk (const struct scsi_front *f, size_t i)
+{
+  return f->v[i].sd;
 }
 
 void

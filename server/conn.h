@@ -148,6 +148,7 @@ struct slot {
   struct s4k_completion timer;
   struct __kernel_timespec due;
   int result;                     /* the engine's, replied at due */
+  uint64_t client_tag;            /* s4k_client_begin's */
   bool timing;                    /* the timer is armed (a closing
                                      connection cancels it) */
 };
@@ -186,6 +187,7 @@ struct conn {
                                      TLS once that reply is sent */
   bool tls_active;                /* the session runs over TLS */
   unsigned epoch;                 /* its export's power cuts before it */
+  struct s4k_client client;       /* its writes a loss may have taken */
   bool no_zeroes, structured, meta_allocation;
   bool refusal_logged;
   bool recv_payload;              /* the receive area is the payload */

@@ -272,12 +272,12 @@ check_slots (const struct conn *c, uint32_t maximum)
 
 /* With the memory store everything runs inline and in order: the output
  * must be the same byte for byte (seq) -- unless the client wrote,
- * zeroed or trimmed: reads are answered by reference (read_by_ref), the
- * data going out when the "socket" drains, so a read followed by an
- * overlapping write, both in flight, may send either data (as NBD
- * allows), and which depends on how the input was split.  Then the
- * comparison is the one of slots below, whose parts hold for inline
- * runs too.
+ * zeroed or trimmed.  Then the comparison is the looser one of slots
+ * below, kept from when reads went out by reference (the data read when
+ * the "socket" drained); since 0ca8d8f a read's data is copied when it
+ * runs and only holes (one zero buffer) go by reference, so inline runs
+ * may well be the same byte for byte there too, but nothing asks that
+ * (the parts of the slots' comparison hold for inline runs too).
  *
  * With slots, replies come out in the order requests finish, which
  * depends on how many were in flight together, which depends on how the

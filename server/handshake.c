@@ -328,22 +328,29 @@ opt_starttls (struct conn *c, uint32_t len)
   }
 }
 
+bool
+handshake_tls_refused (struct conn *c, uint32_t opt)
+{
+  if (c->cfg->tls != TLS_REQUIRE || c->tls_active ||
+      opt == NBD_OPT_STARTTLS || opt == NBD_OPT_ABORT)
+    return false;
+  if (opt == NBD_OPT_EXPORT_NAME) {
+    log_msg ("%s: NBD_OPT_EXPORT_NAME before TLS (--tls=require): "
+             "connection closed", c->name);
+    hang_up (c, NULL);
+  }
+  else
+    opt_error (c, opt, NBD_REP_ERR_TLS_REQD,
+               "this server requires TLS (--tls=require): send "
+               "NBD_OPT_STARTTLS first");
+  return true;
+}
+
 void
 handshake_option (struct conn *c, uint32_t opt, const uint8_t *d, uint32_t len)
 {
-  if (c->cfg->tls == TLS_REQUIRE && !c->tls_active &&
-      opt != NBD_OPT_STARTTLS && opt != NBD_OPT_ABORT) {
-    if (opt == NBD_OPT_EXPORT_NAME) {
-      log_msg ("%s: NBD_OPT_EXPORT_NAME before TLS (--tls=require): "
-               "connection closed", c->name);
-      hang_up (c, NULL);
-    }
-    else
-      opt_error (c, opt, NBD_REP_ERR_TLS_REQD,
-                 "this server requires TLS (--tls=require): send "
-                 "NBD_OPT_STARTTLS first");
+  if (handshake_tls_refused (c, opt))
     return;
-  }
   switch (opt) {
   case NBD_OPT_EXPORT_NAME:
     opt_export_name (c, d, len);

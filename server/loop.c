@@ -208,6 +208,14 @@ start_close (struct sconn *sc)
   }
 }
 
+/* Ends sc gracefully: no more input; what it has to send goes out, with
+ * TLS's close_notify last (kick), then it closes. */
+static void
+finish (struct sconn *sc)
+{
+  sc->c.state = ST_DONE;
+}
+
 /* A connection with requests in flight waits for all of them (the engine
  * uses their slots), even when the client is gone. */
 static void
@@ -268,13 +276,16 @@ tls_pump (struct sconn *sc)
   if (sc->pumping)
     return;
   sc->pumping = true;
-  while (!sc->closing && !c->hangup) {
+  while (!sc->closing && !c->hangup && !conn_done (c)) {
     uint8_t *p;
     size_t len;
     conn_recv_area (c, &p, &len);
     ssize_t n = tls_read (sc->tls, p, len);
     if (n < 0) {
-      start_close (sc);
+      if (tls_peer_closed (sc->tls))
+        finish (sc);            /* answered with ours */
+      else
+        start_close (sc);
       break;
     }
     if (n == 0)
@@ -343,6 +354,10 @@ kick (struct worker *w, struct sconn *sc)
     if (!sc->closing && !sc->send_busy && conn_out_bytes (c) > 0 &&
         tls_encrypt (sc) == -1)
       start_close (sc);
+    /* Nothing more to say: close_notify, after the last reply. */
+    if (!sc->closing && conn_done (c) && !c->inflight &&
+        conn_out_bytes (c) == 0)
+      tls_bye (sc->tls);
     if (!sc->closing && !sc->send_busy && tls_output_bytes (sc->tls) > 0) {
       free (sc->sending.p);
       tls_take_output (sc->tls, &sc->sending.p, &sc->sending.len,
@@ -485,7 +500,11 @@ on_recv (struct s4k_completion *op, int res)
       log_msg ("%s: receive: %s", sc->name, s4k_strerror (-res));
     else if (w->s->cfg.verbose)
       log_msg ("%s: the client closed the connection", sc->name);
-    start_close (sc);
+    /* A TLS client may still read: it gets close_notify. */
+    if (res == 0 && sc->tls)
+      finish (sc);
+    else
+      start_close (sc);
   }
   kick (w, sc);
 }
@@ -620,7 +639,9 @@ begin_stop (struct worker *w)
     cancel_op (w, &w->accept_op);
   for (struct sconn *sc = w->conns, *next; sc; sc = next) {
     next = sc->next;
-    if (conn_in_handshake (&sc->c))
+    if (conn_in_handshake (&sc->c) && sc->tls)
+      finish (sc);              /* close_notify, after option replies */
+    else if (conn_in_handshake (&sc->c))
       start_close (sc);
     else {
       /* What the client sent before the signal: answered before its
@@ -711,7 +732,11 @@ tick (struct worker *w)
              now - sc->active >= (uint64_t) w->s->idle_timeout * 1000) {
       log_msg ("%s: nothing received or sent for %u s: connection closed "
                "(--idle-timeout)", sc->name, w->s->idle_timeout);
-      start_close (sc);
+      /* A send stuck that long, or the end itself stuck: at once. */
+      if (sc->send_busy || conn_done (&sc->c))
+        start_close (sc);
+      else
+        finish (sc);
     }
     else
       continue;
@@ -771,10 +796,7 @@ serve (struct server *s)
     log_msg ("out of memory");
     return -1;
   }
-  sigset_t sigs;
-  sigemptyset (&sigs);
-  sigaddset (&sigs, SIGINT);
-  sigaddset (&sigs, SIGTERM);
+  sigset_t sigs = s->stop_signals;
   pthread_sigmask (SIG_BLOCK, &sigs, NULL);   /* inherited by the workers */
 
   unsigned started = 0;
@@ -809,8 +831,9 @@ serve (struct server *s)
   if (ret == 0) {
     int sig;
     sigwait (&sigs, &sig);
+    /* SIGCHLD only ever ends a --run: say that, not "Child exited". */
     log_msg ("%s: finishing requests in flight and shutting down",
-             strsignal (sig));
+             sig == SIGCHLD ? "--run: the command ended" : strsignal (sig));
   }
   uint64_t one = 1;
   unsigned running = 0;

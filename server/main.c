@@ -1,6 +1,7 @@
 /* sect4k-server: the sect4k engine served over NBD without nbdkit.
  *   sect4k-server size=10G physical=4096 --unix /tmp/s
  * Parameters are the plugin's (s4k_config_*); options configure serving. */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -19,10 +20,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "captive.h"
 #include "server.h"
 #include "tcmu.h"
 #include "tls.h"
 #include "sect4k/exports.h"
+#include "sect4k/unixsock.h"
 
 #define PROG "sect4k-server"
 
@@ -46,7 +49,8 @@ usage (FILE *f)
 "one per export (export=NAME, exports=512n,4kn).\n"
 "\n"
 "Options:\n"
-"  -U, --unix PATH            listen on a Unix socket\n"
+"  -U, --unix PATH            listen on a Unix socket; -U - makes a private\n"
+"                             one in a new directory, removed at exit\n"
 "  -l, --listen HOST:PORT     listen on TCP (default 127.0.0.1:10809);\n"
 "                             only loopback addresses unless --allow-remote\n"
 "      --allow-remote         allow a non-loopback --listen address\n"
@@ -71,6 +75,14 @@ usage (FILE *f)
 "      --scsi                 also (or, without --unix/--listen, only) as\n"
 "                             local SCSI disks /dev/sdX, one per export,\n"
 "                             through target_core_user and tcm_loop (root)\n"
+"      --run CMD              run CMD with /bin/sh once every export is\n"
+"                             served (with --scsi: every disk exists), then\n"
+"                             stop and exit with its status (128+N for signal\n"
+"                             N); CMD sees $uri, $exportname, $port or\n"
+"                             $unixsocket, $tls, and with --scsi $dev and\n"
+"                             $dev_NAME per named export\n"
+"  -P, --pidfile FILE         write the pid to FILE once serving\n"
+"      --exit-with-parent     stop (as on SIGTERM) when the parent exits\n"
 "  -v, --verbose              log connections and refused requests\n"
 "  -h, --help                 this text\n"
 "  -V, --version              print the version\n"
@@ -79,7 +91,11 @@ usage (FILE *f)
 "%s"
 "require-block-size=BOOL  Refuse clients that do not ask for block sizes\n"
 "                      with NBD_REP_ERR_BLOCK_SIZE_REQD (default false;\n"
-"                      for every export: before the first export=).\n",
+"                      for every export: before the first export=).\n"
+"\n"
+"SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the server cleanly (disks removed).\n"
+"With LISTEN_PID and LISTEN_FDS set (systemd socket activation), it serves\n"
+"the listening socket at fd 3 instead of --unix or --listen.\n",
            s4k_config_help);
 }
 
@@ -114,6 +130,56 @@ is_loopback (const struct sockaddr *sa)
            a->sin6_addr.s6_addr[12] == 127;
   }
   return false;
+}
+
+/* Where the socket fd listens, for the log: "127.0.0.1:10809",
+ * "[::1]:10809" or "unix:PATH".  Its address family. */
+static int
+socket_where (int fd, char *where, size_t wlen)
+{
+  struct sockaddr_storage ss = { 0 };
+  socklen_t sl = sizeof ss;
+  char addr[INET6_ADDRSTRLEN] = "?";
+  getsockname (fd, (struct sockaddr *) &ss, &sl);
+  if (ss.ss_family == AF_INET) {
+    inet_ntop (AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, addr,
+               sizeof addr);
+    snprintf (where, wlen, "%s:%u", addr,
+              ntohs (((struct sockaddr_in *) &ss)->sin_port));
+  }
+  else if (ss.ss_family == AF_INET6) {
+    inet_ntop (AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, addr,
+               sizeof addr);
+    snprintf (where, wlen, "[%s]:%u", addr,
+              ntohs (((struct sockaddr_in6 *) &ss)->sin6_port));
+  }
+  else
+    snprintf (where, wlen, "unix:%s", ((struct sockaddr_un *) &ss)->sun_path);
+  return ss.ss_family;
+}
+
+/* The socket systemd passed: a Unix one, or TCP on loopback unless
+ * --allow-remote (as for --listen). */
+static int
+check_activated (int fd, bool allow_remote)
+{
+  struct sockaddr_storage ss = { 0 };
+  socklen_t sl = sizeof ss;
+  char where[300];
+  if (getsockname (fd, (struct sockaddr *) &ss, &sl) == -1) {
+    fprintf (stderr, PROG ": socket activation: getsockname: %s\n",
+             s4k_strerror (errno));
+    return -1;
+  }
+  if (ss.ss_family != AF_UNIX && !allow_remote &&
+      !is_loopback ((struct sockaddr *) &ss)) {
+    socket_where (fd, where, sizeof where);
+    fprintf (stderr, PROG ": socket activation: %s is not a loopback "
+             "address; add --allow-remote to serve other hosts (no "
+             "authentication, no encryption)\n", where);
+    return -1;
+  }
+  return 0;
 }
 
 static int
@@ -162,23 +228,7 @@ listen_tcp (const char *spec, bool allow_remote, char *where, size_t wlen)
     return -1;
   }
   freeaddrinfo (ai);
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  char addr[INET6_ADDRSTRLEN] = "?";
-  unsigned port = 0;
-  getsockname (fd, (struct sockaddr *) &ss, &sl);
-  if (ss.ss_family == AF_INET) {
-    inet_ntop (AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, addr,
-               sizeof addr);
-    port = ntohs (((struct sockaddr_in *) &ss)->sin_port);
-    snprintf (where, wlen, "%s:%u", addr, port);
-  }
-  else {
-    inet_ntop (AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, addr,
-               sizeof addr);
-    port = ntohs (((struct sockaddr_in6 *) &ss)->sin6_port);
-    snprintf (where, wlen, "[%s]:%u", addr, port);
-  }
+  socket_where (fd, where, wlen);
   return fd;
 }
 
@@ -186,73 +236,31 @@ listen_tcp (const char *spec, bool allow_remote, char *where, size_t wlen)
  * only if it is still this one (another server may have replaced it). */
 static struct stat unix_sock;
 
-/* A socket already at path is refused if a server answers on it (its
- * clients would silently come to us, and its data is not ours), and
- * replaced by listen_unix if none does (stale).  Checked before the
- * device is opened, so that a file= is not touched either. */
+/* A live server's socket at path is refused, a stale one replaced by
+ * listen_unix.  Checked before the device is opened, so that a file= is
+ * not touched either. */
 static int
 check_unix_path (const char *path)
 {
-  struct sockaddr_un sun = { .sun_family = AF_UNIX };
-  struct stat st;
-  if (lstat (path, &st) == -1 || !S_ISSOCK (st.st_mode) ||
-      strlen (path) >= sizeof sun.sun_path)
-    return 0;                   /* listen_unix says what is wrong */
-  strcpy (sun.sun_path, path);
-  /* Non-blocking: a full backlog (EAGAIN) is a live server too. */
-  int probe = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  int r = probe == -1 ? -1 : connect (probe, (struct sockaddr *) &sun,
-                                      sizeof sun);
-  int e = errno;
-  if (probe != -1)
-    close (probe);
-  if (r == 0 || e == EAGAIN) {
-    fprintf (stderr, PROG ": --unix %s: a server is already listening "
-             "there\n", path);
-    return -1;
-  }
-  if (e == ECONNREFUSED)
+  char err[256];
+  int r = s4k_unix_probe (path, err, sizeof err);
+  if (r == -1)
+    fprintf (stderr, PROG ": --unix %s: %s\n", path, err);
+  else if (r == 1)
     log_msg ("--unix %s: replacing a stale socket (no server answers on "
              "it)", path);
-  else if (e != ENOENT) {
-    fprintf (stderr, PROG ": --unix %s: %s\n", path, s4k_strerror (e));
-    return -1;
-  }
-  return 0;
+  return r == -1 ? -1 : 0;
 }
 
-/* The socket appears at path only once it listens: bound under a
- * temporary name, then renamed (over a stale socket too), so a client
- * never sees ECONNREFUSED. */
 static int
 listen_unix (const char *path, char *where, size_t wlen)
 {
-  struct sockaddr_un sun = { .sun_family = AF_UNIX };
-  char tmp[sizeof sun.sun_path];
-  if (snprintf (tmp, sizeof tmp, "%s.%d.tmp", path, (int) getpid ())
-      >= (int) sizeof tmp) {
-    fprintf (stderr, PROG ": --unix %s: path too long (at most %zu "
-             "bytes)\n", path, sizeof sun.sun_path - 16);
-    return -1;
-  }
-  struct stat st;
-  if (lstat (path, &st) == 0 && !S_ISSOCK (st.st_mode)) {
-    fprintf (stderr, PROG ": --unix %s: exists and is not a socket\n", path);
-    return -1;
-  }
-  strcpy (sun.sun_path, tmp);
-  unlink (tmp);
-  int fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd == -1 || bind (fd, (struct sockaddr *) &sun, sizeof sun) == -1 ||
-      listen (fd, SOMAXCONN) == -1 || lstat (tmp, &unix_sock) == -1 ||
-      rename (tmp, path) == -1) {
-    fprintf (stderr, PROG ": --unix %s: %s\n", path, s4k_strerror (errno));
-    unlink (tmp);
-    if (fd != -1)
-      close (fd);
-    return -1;
-  }
-  snprintf (where, wlen, "unix:%s", path);
+  char err[256];
+  int fd = s4k_unix_listen (path, 0, &unix_sock, err, sizeof err);
+  if (fd == -1)
+    fprintf (stderr, PROG ": --unix %s: %s\n", path, err);
+  else
+    snprintf (where, wlen, "unix:%s", path);
   return fd;
 }
 
@@ -282,6 +290,81 @@ write_stats (const char *file, const struct server *s)
     return -1;
   }
   return 0;
+}
+
+/* --run --scsi: $dev_NAME for export NAME, other characters than
+ * letters and digits as "_". */
+static void
+dev_var (const char *export, char *var, size_t len)
+{
+  size_t o = snprintf (var, len, "dev_");
+  for (; *export && o + 1 < len; export++, o++) {
+    unsigned char c = *export;
+    var[o] = (c < 128 && isalnum (c)) ? c : '_';
+  }
+  var[o] = '\0';
+}
+
+/* Two exports whose names give one variable are refused. */
+static int
+check_dev_names (const struct s4k_exports *t, char *err, size_t errlen)
+{
+  char a[300], b[300];
+  for (size_t i = 0; t->named && i < t->n; i++)
+    for (size_t j = i + 1; j < t->n; j++) {
+      dev_var (t->v[i].name, a, sizeof a);
+      dev_var (t->v[j].name, b, sizeof b);
+      if (strcmp (a, b) == 0) {
+        snprintf (err, errlen, "--run: exports %s and %s would both be "
+                  "$%s: rename one", t->v[i].name, t->v[j].name, a);
+        return -1;
+      }
+    }
+  return 0;
+}
+
+/* Starts --run's command with its variables; its pid or -1.  Not if a
+ * stop signal came while the server started. */
+static pid_t
+start_run (const char *cmd, const struct server *s, const char *unix_path,
+           const struct s4k_exports *t, const struct scsi_front *front)
+{
+  sigset_t pending;
+  sigpending (&pending);
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGCHLD && sigismember (&s->stop_signals, sig) &&
+        sigismember (&pending, sig)) {
+      log_msg ("%s before --run's command started: not running it",
+               strsignal (sig));
+      return -1;
+    }
+  struct captive_env env = { 0 };
+  int r = 0;
+  if (s->listen_fd != -1)
+    r = captive_env_nbd (&env, s->listen_fd, unix_path, s->cfg.export_name,
+                         s->cfg.tls);
+  else if (captive_env_add (&env, "uri", "") == -1 ||
+           captive_env_add (&env, "exportname", s->cfg.export_name) == -1 ||
+           captive_env_add (&env, "port", "") == -1 ||
+           captive_env_add (&env, "unixsocket", "") == -1)
+    r = -1;
+  for (size_t i = 0; front && r == 0 && i < t->n; i++) {
+    char dev[64], var[300];
+    snprintf (dev, sizeof dev, "/dev/%s", scsi_front_disk (front, i));
+    if (i == 0)
+      r = captive_env_add (&env, "dev", dev);
+    if (t->named && r == 0) {
+      dev_var (t->v[i].name, var, sizeof var);
+      r = captive_env_add (&env, var, dev);
+    }
+  }
+  pid_t pid = -1;
+  if (r == -1)
+    fprintf (stderr, PROG ": out of memory\n");
+  else
+    pid = captive_run (cmd, &env);
+  captive_env_free (&env);
+  return pid;
 }
 
 /* One server_cfg per export: s->cfg is the first (the default), the
@@ -332,7 +415,7 @@ main (int argc, char **argv)
 {
   enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_NBD_STATS,
          OPT_OLD_STATS, OPT_IDLE_TIMEOUT, OPT_SCSI, OPT_TLS, OPT_TLS_CERTS,
-         OPT_TLS_PSK, OPT_TLS_VERIFY };
+         OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_RUN, OPT_EXIT_WITH_PARENT };
   static const struct option longopts[] = {
     { "unix", required_argument, NULL, 'U' },
     { "listen", required_argument, NULL, 'l' },
@@ -350,17 +433,24 @@ main (int argc, char **argv)
     { "tls-certificates", required_argument, NULL, OPT_TLS_CERTS },
     { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
     { "tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY },
+    { "run", required_argument, NULL, OPT_RUN },
+    { "pidfile", required_argument, NULL, 'P' },
+    { "pid-file", required_argument, NULL, 'P' },
+    { "exit-with-parent", no_argument, NULL, OPT_EXIT_WITH_PARENT },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
   };
+  /* First: --exit-with-parent tells from it whether the parent is gone. */
+  const pid_t ppid = getppid ();
   static struct server s;       /* large; zeroed */
   /* A log line to a closed pipe (stderr) must not kill the server: the
    * write fails instead, as in nbdkit.  Sockets use MSG_NOSIGNAL. */
   signal (SIGPIPE, SIG_IGN);
   const char *unix_path = NULL, *listen_spec = NULL, *stats_file = NULL;
-  bool allow_remote = false, scsi = false;
+  const char *run = NULL, *pidfile = NULL;
+  bool allow_remote = false, scsi = false, exit_with_parent = false;
   struct tls_options tls = { 0 };
   long ncpu = sysconf (_SC_NPROCESSORS_ONLN);
   s.threads = ncpu < 1 ? 1 : ncpu > 4 ? 4 : ncpu;
@@ -370,7 +460,7 @@ main (int argc, char **argv)
   s.cfg.export_name = "";
 
   int o;
-  while ((o = getopt_long (argc, argv, "U:l:re:t:vhV", longopts, NULL)) != -1) {
+  while ((o = getopt_long (argc, argv, "U:l:re:t:P:vhV", longopts, NULL)) != -1) {
     switch (o) {
     case 'U': unix_path = optarg; break;
     case 'l': listen_spec = optarg; break;
@@ -424,6 +514,9 @@ main (int argc, char **argv)
     case OPT_TLS_CERTS: tls.certificates = optarg; break;
     case OPT_TLS_PSK: tls.psk_file = optarg; break;
     case OPT_TLS_VERIFY: tls.verify_peer = 1; break;
+    case OPT_RUN: run = optarg; break;
+    case 'P': pidfile = optarg; break;
+    case OPT_EXIT_WITH_PARENT: exit_with_parent = true; break;
     case 'v': s.cfg.verbose = true; break;
     case 'h': usage (stdout); return 0;
     case 'V': printf (PROG " %s\n", S4K_VERSION); return 0;
@@ -444,6 +537,23 @@ main (int argc, char **argv)
     fprintf (stderr, PROG ": give --unix or --listen, not both\n");
     return 1;
   }
+  /* As nbdkit: an inherited socket is the only one, and no --run. */
+  int activated_fd;
+  const int activated = captive_socket_activation (&activated_fd);
+  if (activated == -1)
+    return 1;
+  if (activated && (unix_path || listen_spec || run)) {
+    fprintf (stderr, PROG ": socket activation (LISTEN_FDS) cannot be "
+             "combined with %s\n", unix_path ? "--unix" : listen_spec ?
+             "--listen" : "--run");
+    return 1;
+  }
+  if (activated && check_activated (activated_fd, allow_remote) == -1)
+    return 1;
+  const bool private_socket = unix_path && strcmp (unix_path, "-") == 0;
+  char private_path[PATH_MAX];
+  if (exit_with_parent && captive_exit_with_parent (ppid) == -1)
+    return 1;
 
   static struct s4k_exports exports;
   char err[512];
@@ -452,7 +562,7 @@ main (int argc, char **argv)
     return 1;
   }
   /* --scsi alone serves no NBD. */
-  const bool listening = !scsi || unix_path || listen_spec;
+  const bool listening = !scsi || unix_path || listen_spec || activated;
   s4k_exports_init (&exports);
   for (int i = optind; i < argc; i++) {
     const char *arg = argv[i], *eq = strchr (arg, '=');
@@ -498,14 +608,34 @@ main (int argc, char **argv)
              "each export has its own name\n", s.cfg.export_name);
     return 1;
   }
-  if (unix_path && check_unix_path (unix_path) == -1)
+  if (unix_path && !private_socket && check_unix_path (unix_path) == -1)
     return 1;
   if (s4k_exports_finish (&exports, err, sizeof err) == -1 ||
+      (run && scsi && check_dev_names (&exports, err, sizeof err) == -1) ||
       s4k_exports_open (&exports, err, sizeof err) < 0) {
     fprintf (stderr, PROG ": %s\n", err);
     s4k_exports_close (&exports);
     return 1;
   }
+  /* Blocked before any thread starts (the devices' control and stats
+   * threads, the rings, the event loops), so that every thread inherits
+   * the mask and the signals wait, pending, for sigwait (in serve, or
+   * below with --scsi alone); until here (opening the devices, which
+   * may wait for an upstream) they stop the server at once.  The stop
+   * signals are nbdkit's; with --run, SIGCHLD (not for a stop or
+   * continue) is the command's end. */
+  sigemptyset (&s.stop_signals);
+  sigaddset (&s.stop_signals, SIGINT);
+  sigaddset (&s.stop_signals, SIGTERM);
+  sigaddset (&s.stop_signals, SIGHUP);
+  sigaddset (&s.stop_signals, SIGQUIT);
+  if (run) {
+    sigaction (SIGCHLD, &(struct sigaction) { .sa_handler = SIG_DFL,
+                                              .sa_flags = SA_NOCLDSTOP },
+               NULL);
+    sigaddset (&s.stop_signals, SIGCHLD);
+  }
+  pthread_sigmask (SIG_BLOCK, &s.stop_signals, NULL);
   s4k_exports_start (&exports);
   struct server_cfg *cfgs = NULL;
   char names[1024];
@@ -518,6 +648,18 @@ main (int argc, char **argv)
   s.listen_fd = -1;
   if (!listening)
     ;
+  else if (activated) {
+    s.listen_fd = activated_fd;
+    s.tcp = socket_where (activated_fd, where, sizeof where) != AF_UNIX;
+  }
+  else if (private_socket) {
+    if (captive_private_dir (private_path, sizeof private_path) == 0) {
+      unix_path = private_path;
+      s.listen_fd = listen_unix (unix_path, where, sizeof where);
+      if (s.listen_fd == -1)
+        captive_private_remove (private_path);
+    }
+  }
   else if (unix_path)
     s.listen_fd = listen_unix (unix_path, where, sizeof where);
   else {
@@ -531,23 +673,15 @@ main (int argc, char **argv)
     return 1;
   }
   struct scsi_front *front = NULL;
-  sigset_t sigs;
-  sigemptyset (&sigs);
-  if (scsi) {
-    /* Blocked before the ring threads start, so that they inherit it
-     * (serve blocks them too); sigwait below or in serve. */
-    sigaddset (&sigs, SIGINT);
-    sigaddset (&sigs, SIGTERM);
-    pthread_sigmask (SIG_BLOCK, &sigs, NULL);
-    if (!(front = scsi_start (&exports, s.cfg.readonly, s.cfg.verbose, err,
-                              sizeof err))) {
-      fprintf (stderr, PROG ": %s\n", err);
-      if (s.listen_fd != -1)
-        close (s.listen_fd);
-      s4k_exports_close (&exports);
-      free (cfgs);
-      return 1;
-    }
+  int ret = 0;
+  if (scsi &&
+      /* With --run, stdout is the command's: the disks are in its
+       * variables, and logged. */
+      !(front = scsi_start (&exports, s.cfg.readonly, s.cfg.verbose,
+                            run ? NULL : stdout, err, sizeof err))) {
+    fprintf (stderr, PROG ": %s\n", err);
+    ret = 1;
+    goto out;
   }
   for (const struct server_cfg *e = &s.cfg; e && listening; e = e->next)
     if (!exports.named)
@@ -559,33 +693,47 @@ main (int argc, char **argv)
                "threads); %s", e->export_name, e == &s.cfg ? " (default)" : "",
                e->description, e->size, e->readonly ? ", read-only" : "",
                where, s.threads, s4k_dev_store_info (e->dev));
-
-  int ret = 0;
-  if (listening) {
-    ret = serve (&s) == 0 ? 0 : 1;
-    close (s.listen_fd);
+  if (pidfile && captive_write_pidfile (pidfile) == -1) {
+    ret = 1;
+    goto out;
   }
+  pid_t child = -1;
+  if (run && (child = start_run (run, &s, unix_path, &exports, front)) == -1) {
+    ret = 1;
+    goto out;
+  }
+
+  if (listening)
+    ret = serve (&s) == 0 ? 0 : 1;
   else {
     int sig;
     log_msg ("serving %zu export%s as SCSI disks", exports.n,
              exports.n == 1 ? "" : "s");
-    sigwait (&sigs, &sig);
+    sigwait (&s.stop_signals, &sig);
     log_msg ("%s: removing the SCSI disks", strsignal (sig));
   }
+  if (child != -1) {
+    /* Before the disks go: the command no longer uses them. */
+    int st = captive_finish (child, s.shutdown_grace);
+    ret = ret ? ret : st;         /* the server's own failure first */
+  }
+out:
+  if (s.listen_fd != -1)
+    close (s.listen_fd);
   scsi_stop (front);
-  struct stat st;
-  if (unix_path && lstat (unix_path, &st) == 0 &&
-      st.st_dev == unix_sock.st_dev && st.st_ino == unix_sock.st_ino)
-    unlink (unix_path);
+  if (unix_path)
+    s4k_unix_unlink (unix_path, &unix_sock);
+  if (private_socket && s.listen_fd != -1)
+    captive_private_remove (private_path);
   for (const struct server_cfg *e = &s.cfg; e; e = e->next) {
     int r = s4k_flush (e->dev);
     if (r < 0) {
       log_msg ("flush at exit: %s", s4k_strerror (-r));
-      ret = 1;
+      ret = ret ? ret : 1;
     }
   }
   if (stats_file && write_stats (stats_file, &s) == -1)
-    ret = 1;
+    ret = ret ? ret : 1;
   s4k_exports_close (&exports);
   free (cfgs);
   return ret;

@@ -75,6 +75,9 @@ uint8_t *slot_buf_alloc (struct pbuf *b, size_t cap, size_t keep);
 struct slot *slot_get (struct conn *c);
 /* Slot s's engine result r: its reply goes to c->out, s is free again. */
 void slot_done (struct conn *c, struct slot *s, int r);
+/* The engine's op of a request type (S4K_OP_EXTENTS for block status,
+ * which has no media time; S4K_OP_CACHE for the others). */
+enum s4k_op cmd_op (uint16_t type);
 /* The timing model: s's reply (result r) waits for its modelled
  * completion; false if there is nothing to wait for. */
 bool slot_delay (struct conn *c, struct slot *s, int r);
@@ -89,5 +92,9 @@ void opt_error (struct conn *c, uint32_t opt, uint32_t type,
  * connection to transmission or end it. */
 void handshake_option (struct conn *c, uint32_t opt, const uint8_t *d,
                        uint32_t len);
+/* Under --tls=require, before TLS, any option but STARTTLS and ABORT is
+ * refused (NBD_REP_ERR_TLS_REQD; EXPORT_NAME: the connection ends),
+ * whatever its length or data: true if opt was. */
+bool handshake_tls_refused (struct conn *c, uint32_t opt);
 
 #endif

@@ -73,7 +73,13 @@ run_cmd (struct conn *c, struct slot *s)
   const struct nbd_request *rq = s ? &s->req : &c->req;
   struct s4k_aio *a = s ? s->aio : NULL;
   const size_t base = c->out.len;
+  const enum s4k_op op = cmd_op (rq->type);
+  const uint64_t tag = s4k_client_begin (dev, &c->client, op,
+                                         rq->flags & NBD_CMD_FLAG_FUA
+                                         ? S4K_FUA : 0);
   int r;
+  if (s)
+    s->client_tag = tag;
   switch (rq->type) {
   case NBD_CMD_READ: {
     uint8_t *buf;
@@ -114,7 +120,7 @@ run_cmd (struct conn *c, struct slot *s)
     break;
   }
   if (!s)
-    cmd_done (c, rq, r, base);
+    cmd_done (c, rq, s4k_client_end (dev, &c->client, op, tag, r), base);
   else if (r == 1 || (c->timed && slot_delay (c, s, r)))
     c->inflight++;
   else
@@ -535,8 +541,9 @@ conn_process (struct conn *c)
       }
       else {
         c->state = ST_OPTION;
-        opt_error (c, c->option, NBD_REP_ERR_TOO_BIG, "option data longer "
-                   "than %u bytes", CONN_MAX_OPTION);
+        if (!handshake_tls_refused (c, c->option))
+          opt_error (c, c->option, NBD_REP_ERR_TOO_BIG, "option data "
+                     "longer than %u bytes", CONN_MAX_OPTION);
       }
       break;
     }

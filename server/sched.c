@@ -123,7 +123,9 @@ slot_done (struct conn *c, struct slot *s, int r)
     if (rq->length)
       memcpy (p + hdr, s->buf.p, rq->length);
   }
-  cmd_done (c, rq, r, base);
+  cmd_done (c, rq, s4k_client_end (c->cfg->dev, &c->client,
+                                   cmd_op (rq->type), s->client_tag, r),
+            base);
  out:
   slot_put (c, s);
 }
@@ -151,16 +153,24 @@ slot_timer (struct s4k_completion *t, int res)
  * its modelled completion on an io_uring timeout of the loop, which
  * serves everything else meanwhile; the data work is done and its sector
  * locks are released.  False if there is nothing to wait for. */
+enum s4k_op
+cmd_op (uint16_t type)
+{
+  switch (type) {
+  case NBD_CMD_READ: return S4K_OP_READ;
+  case NBD_CMD_WRITE: return S4K_OP_WRITE;
+  case NBD_CMD_FLUSH: return S4K_OP_FLUSH;
+  case NBD_CMD_TRIM: return S4K_OP_TRIM;
+  case NBD_CMD_WRITE_ZEROES: return S4K_OP_ZERO;
+  case NBD_CMD_BLOCK_STATUS: return S4K_OP_EXTENTS;
+  default: return S4K_OP_CACHE;
+  }
+}
+
 bool
 slot_delay (struct conn *c, struct slot *s, int r)
 {
-  static const enum s4k_op op[NBD_CMD_COUNT] = {
-    [NBD_CMD_READ] = S4K_OP_READ, [NBD_CMD_WRITE] = S4K_OP_WRITE,
-    [NBD_CMD_FLUSH] = S4K_OP_FLUSH, [NBD_CMD_TRIM] = S4K_OP_TRIM,
-    [NBD_CMD_WRITE_ZEROES] = S4K_OP_ZERO,
-    [NBD_CMD_BLOCK_STATUS] = S4K_OP_EXTENTS,    /* no media time */
-  };
-  const uint64_t due = s4k_dev_timing (c->cfg->dev, op[s->req.type],
+  const uint64_t due = s4k_dev_timing (c->cfg->dev, cmd_op (s->req.type),
                                        s->req.length, s->req.offset, r);
   if (!due)
     return false;

@@ -2,6 +2,7 @@
 #ifndef SECT4K_SERVER_H
 #define SECT4K_SERVER_H
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -16,13 +17,14 @@ struct server {
   unsigned handshake_timeout;       /* seconds */
   unsigned idle_timeout;            /* seconds, 0: none */
   unsigned shutdown_grace;          /* seconds to flush replies on exit */
+  sigset_t stop_signals;            /* serve returns on one of these */
   atomic_uint connections;          /* open now */
   atomic_uint loops_running;        /* loops not yet done stopping */
   struct conn_stats stats;          /* summed when serve returns */
   uint64_t accepted, refused;
 };
 
-/* Starts the event-loop threads, serves until SIGINT or SIGTERM, then
+/* Starts the event-loop threads, serves until one of stop_signals, then
  * finishes what is in flight and returns.  -1 if the loops cannot start
  * (message logged). */
 int serve (struct server *s);

@@ -44,6 +44,7 @@ struct tcmu_ring {
   struct tcmu_mailbox *mb;
   struct s4k_dev *dev;
   struct s4k_scsi_lun *lun;
+  struct s4k_client client;     /* the kernel's writes a loss may take */
   bool verbose;
   char uio[32];
   pthread_t thread;
@@ -69,14 +70,19 @@ in_map (const struct tcmu_ring *r, uint64_t off, uint64_t len)
 }
 
 static int
-run_op (struct s4k_dev *dev, const struct s4k_scsi_op *op, uint64_t *due)
+run_op (struct tcmu_ring *ring, const struct s4k_scsi_op *op, uint64_t *due)
 {
+  struct s4k_dev *dev = ring->dev;
   static const enum s4k_op kinds[] = {
     [S4K_SCSI_OP_READ] = S4K_OP_READ, [S4K_SCSI_OP_WRITE] = S4K_OP_WRITE,
     [S4K_SCSI_OP_ZERO] = S4K_OP_ZERO, [S4K_SCSI_OP_TRIM] = S4K_OP_TRIM,
     [S4K_SCSI_OP_FLUSH] = S4K_OP_FLUSH,
   };
   int r;
+  if (op->kind > S4K_SCSI_OP_FLUSH)
+    return -EINVAL;
+  const uint64_t tag = s4k_client_begin (dev, &ring->client, kinds[op->kind],
+                                         op->flags);
   switch (op->kind) {
   case S4K_SCSI_OP_READ: r = s4k_read (dev, op->buf, op->len, op->off); break;
   case S4K_SCSI_OP_WRITE:
@@ -87,6 +93,7 @@ run_op (struct s4k_dev *dev, const struct s4k_scsi_op *op, uint64_t *due)
   case S4K_SCSI_OP_FLUSH: r = s4k_flush (dev); break;
   default: return -EINVAL;
   }
+  r = s4k_client_end (dev, &ring->client, kinds[op->kind], tag, r);
   /* The timing model: the command completes when its last op would
    * have on the modelled drive. */
   uint64_t d = s4k_dev_timing (dev, kinds[op->kind], op->len, op->off, r);
@@ -139,7 +146,7 @@ handle_cmd (struct tcmu_ring *r, struct tcmu_cmd_entry *ent, uint32_t len)
       unsigned i = 0;
       int e = 0;
       for (; i < n; i++)
-        if ((e = run_op (r->dev, &cmd.ops[i], &due)) != 0)
+        if ((e = run_op (r, &cmd.ops[i], &due)) != 0)
           break;
       n = s4k_scsi_done (r->lun, &cmd, i, e, s4k_dev_power_cuts (r->dev));
     }

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "sect4k/exports.h"
 #include "sect4k/scsi.h"
@@ -21,11 +22,14 @@ int scsi_check (char *err, size_t errlen);
 struct scsi_front;
 /* Removes what dead instances left, then creates one LUN per export,
  * waits for the kernel's disks and prints "/dev/sdX EXPORT" lines on
- * stdout.  The calling thread must have SIGINT and SIGTERM blocked (the
+ * out (logged if NULL).  The calling thread must have SIGINT and SIGTERM blocked (the
  * ring threads inherit the mask).  NULL with err filled, everything
  * created so far removed again. */
 struct scsi_front *scsi_start (struct s4k_exports *t, bool readonly,
-                               bool verbose, char *err, size_t errlen);
+                               bool verbose, FILE *out, char *err,
+                               size_t errlen);
+/* Export i's disk as the kernel names it ("sdb"). */
+const char *scsi_front_disk (const struct scsi_front *f, size_t i);
 /* Removes the disks, the target and the backstores (in that order). */
 void scsi_stop (struct scsi_front *f);
 

@@ -26,6 +26,8 @@ struct tls {
   const char *name;
   struct buf in, out;
   int handshaken;
+  int closed;                   /* the peer's close_notify came */
+  int bye;                      /* ours is in the output */
 };
 
 static int
@@ -229,7 +231,8 @@ tls_read (struct tls *t, void *p, size_t len)
   if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED)
     return 0;
   if (r == 0) {
-    return -1;                  /* close_notify */
+    t->closed = 1;              /* close_notify */
+    return -1;
   }
   if (r < 0) {
     log_msg ("%s: TLS: %s", t->name, gnutls_strerror (r));
@@ -273,4 +276,23 @@ tls_take_output (struct tls *t, uint8_t **p, size_t *len, size_t *cap)
   *len = t->out.len;
   *cap = t->out.cap;
   t->out = (struct buf) { 0 };
+}
+
+int
+tls_peer_closed (const struct tls *t)
+{
+  return t->closed;
+}
+
+void
+tls_bye (struct tls *t)
+{
+  if (!t->handshaken || t->bye)
+    return;
+  t->bye = 1;
+  /* SHUT_WR: the alert is pushed into the output and gnutls_bye returns
+   * without waiting for the client's own (nbdkit does not wait either). */
+  int r = gnutls_bye (t->s, GNUTLS_SHUT_WR);
+  if (r < 0)
+    log_msg ("%s: TLS close_notify: %s", t->name, gnutls_strerror (r));
 }

@@ -30,6 +30,13 @@ int tls_feed (struct tls *t, const void *p, size_t n);
 /* Drives the handshake, then decrypts into p: bytes decrypted, 0 for
  * nothing yet (more input needed), -1 for an error or close (logged). */
 ssize_t tls_read (struct tls *t, void *p, size_t len);
+/* After tls_read's -1: true if that was the client's close_notify. */
+int tls_peer_closed (const struct tls *t);
+/* Appends close_notify to the output (once, after the handshake), after
+ * everything written before it: without it, a client's TLS sees the end
+ * of the connection as a truncation ("The TLS connection was
+ * non-properly terminated"). */
+void tls_bye (struct tls *t);
 /* Anything decrypted or undecrypted still buffered. */
 int tls_pending (struct tls *t);
 /* Encrypts len bytes into the output; -1 on error (logged). */

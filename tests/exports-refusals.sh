@@ -17,3 +17,19 @@ bad "export=a/b: names are printable" size=1M export=a/b
 bad "export=a: logical=1000" size=1M export=a logical=1000
 bad "export=b: size: required" export=a size=1M export=b
 bad "export=b: alignment-offset=100" size=1M export=a export=b physical=4096 alignment-offset=100
+# One upstream export is one device (issue 29): the same URI, a default
+# upstream= every preset inherits, or another spelling of it (TLS or
+# not, a socket path through "./", a %-escaped name, localhost and its
+# address with the default port).  Refused before connecting, so no
+# upstream runs here.
+up="nbd+unix:///?socket=$tmpdir/one.img"
+bad "export=b: upstream=$up is also export a's" export=a upstream="$up" export=b upstream="$up"
+bad "export=4kn: upstream=$up is also export 512n's" upstream="$up" exports=512n,4kn
+bad "export=b: upstream=nbds+unix:///d?socket=$tmpdir/./one.img&tls-verify-peer=false is also export a's" \
+  export=a upstream="nbd+unix:///d?socket=$tmpdir/one.img" \
+  export=b upstream="nbds+unix:///d?socket=$tmpdir/./one.img&tls-verify-peer=false"
+bad "export=b: upstream=nbd+unix:///a%62?socket=$tmpdir/one.img is also export a's" \
+  export=a upstream="nbd+unix:///ab?socket=$tmpdir/one.img" \
+  export=b upstream="nbd+unix:///a%62?socket=$tmpdir/one.img"
+bad "export=b: upstream=nbd://127.0.0.1:10809/x is also export a's" \
+  export=a upstream="nbd://localhost/x" export=b upstream="nbd://127.0.0.1:10809/x"

@@ -24,6 +24,8 @@ struct s4k_export {
                                    export's name inserted, or NULL */
   char *statsfile;              /* owned: the defaults' statsfile= with the
                                    export's name inserted, or NULL */
+  char *control;                /* owned: the defaults' control= with the
+                                   export's name inserted, or NULL */
 };
 
 struct s4k_exports {

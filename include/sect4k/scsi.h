@@ -98,6 +98,12 @@ struct s4k_scsi_params {
                                  upstream, whose trim promises nothing */
   uint16_t rotation_rate;     /* B1h: 0 not reported, 1 non-rotating,
                                  else rpm */
+  struct s4k_atomic atomic;   /* atomic write limits in bytes (max 0:
+                                 none): the Block Limits page's atomic
+                                 fields and WRITE ATOMIC(16), which is
+                                 refused as an unknown command without
+                                 them.  max, min and boundary must be
+                                 multiples of the logical block size */
   char vendor[9];             /* INQUIRY T10 vendor: "SECT4K" */
   char product[17];           /* INQUIRY product, e.g. "sect4k 512e" */
   char revision[5];           /* INQUIRY revision, from S4K_VERSION */
@@ -117,7 +123,8 @@ void s4k_scsi_params_init (struct s4k_scsi_params *p,
 /* The same from an export's finished configuration plus the geometry and
  * max_request its device reports: also write-cache=, read-only, timing=
  * (the rotation rate every front end reports, s4k_timing_rotation_rate:
- * 7200 rpm under hdd7200, else non-rotating) and upstream= (no LBPRZ). */
+ * 7200 rpm under hdd7200, else non-rotating), upstream= (no LBPRZ) and
+ * the atomic write limits (atomic-write-*=, c->atomic). */
 void s4k_scsi_params_from_config (struct s4k_scsi_params *p,
                                   const struct s4k_config *c,
                                   const struct s4k_geometry *g,
@@ -149,8 +156,9 @@ struct s4k_scsi_op {
                                  command owns (released with it) */
   uint64_t len, off;          /* device bytes (0, 0 for FLUSH); len > 0
                                  otherwise, within the device */
-  unsigned flags;             /* S4K_FUA, S4K_MAY_TRIM, for the s4k_*
-                                 call as they are */
+  unsigned flags;             /* S4K_FUA, S4K_MAY_TRIM, S4K_ATOMIC (WRITE
+                                 ATOMIC(16)), for the s4k_* call as they
+                                 are */
 };
 
 struct s4k_scsi_cmd {

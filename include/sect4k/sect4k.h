@@ -11,6 +11,7 @@
 #ifndef SECT4K_H
 #define SECT4K_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -176,6 +177,10 @@ struct s4k_config {
    * upstream-partial-writes=). */
   const char *upstream;       /* NBD URI; NULL: not upstream */
   uint32_t upstream_connections;  /* 0: the default */
+  uint64_t upstream_timeout;  /* ns the upstream may say nothing while a
+                                 connect or request waits on it (default
+                                 30 s; 0: forever) */
+  bool have_upstream_timeout;
   bool partial_writes;        /* the upstream may get writes that cut
                                  sectors (default true) */
   bool have_partial_writes;
@@ -232,7 +237,8 @@ int s4k_parse_lba_list (const char *str,
   "bad-sectors=LBA[-LBA],...  Physical sectors holding these LBAs are bad:\n" \
   "                      reads fail with EIO until a whole-sector write.\n" \
   "control=PATH          Control socket (mode 0600): power-cut, bad, stats,\n" \
-  "                      status (see scripts/sect4k-ctl).\n"
+  "                      status (see scripts/sect4k-ctl); refused if a\n"  \
+  "                      server answers at PATH.\n"
 /* Parses nbdkit's size syntax: digits with optional b/k/M/G/T/P/E suffix
  * (powers of 1024).  Returns -1 if malformed or out of range. */
 int s4k_parse_size (const char *str, uint64_t *out);
@@ -374,6 +380,34 @@ enum s4k_op {
   S4K_OP_EXTENTS, S4K_OP_CACHE, S4K_NOPS
 };
 extern const char *const s4k_op_names[S4K_NOPS];
+
+/* ---- lost writes, told to each client connection ---------------------- */
+
+/* A store can lose writes it acknowledged: an upstream (upstream=) that
+ * crashed before a flush covered them.  NBD promises every client that
+ * a flush that succeeds made its completed writes durable, so each
+ * client connection (an NBD connection, a SCSI LUN) keeps one of these,
+ * zeroed, and its front end brackets its writes, zeroes, trims and
+ * flushes with the two calls below.  The connection's next flush after a
+ * loss that may have taken a write of its own which its own flushes had
+ * not covered fails with EIO, once; that flush still flushes the rest.
+ * A FUA request that succeeds is durable by itself: it neither counts
+ * as unflushed nor reports or clears a loss (the next flush does).
+ * Requests without a client (a front end's flush at exit) report
+ * nothing.  Over a store that cannot lose writes, it costs an atomic
+ * load per request. */
+struct s4k_client {
+  _Atomic uint64_t since;       /* 1 + the store's losses when its oldest
+                                   unflushed write began; 0: none */
+};
+/* Before request op (with S4K_FUA in flags or not) of c: a tag for
+ * s4k_client_end. */
+uint64_t s4k_client_begin (struct s4k_dev *d, struct s4k_client *c,
+                           enum s4k_op op, unsigned flags);
+/* The request ended with r (0 or -errno): its result for the client, r
+ * or, for a flush that must report a loss, -EIO. */
+int s4k_client_end (struct s4k_dev *d, struct s4k_client *c,
+                    enum s4k_op op, uint64_t tag, int r);
 
 /* True if strict mode refuses the request (EINVAL) because it breaks the
  * advertised block-size constraints: offset or length not a multiple of

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """TLS (--tls, NBD_OPT_STARTTLS): X.509 and PSK with libnbd's tools;
-the spec's rules for options before TLS under --tls=require; refusals;
+the spec's rules for options before TLS under --tls=require (an option
+too long too); close_notify on every way a connection ends; refusals;
 --tls=on for plain and TLS clients alike.  Certificates and keys are
 made here with certtool and psktool, as nbdkit's tests do."""
 import os
 import shutil
+import socket
 import ssl
 import struct
 import subprocess
@@ -16,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from tap import ok, skip, done_testing, skip_all, need_nbd  # noqa: E402
 import srvlib  # noqa: E402
-from srvlib import Server, greet, send_opt, recv_opt_reply, go, closed  # noqa: E402
+from srvlib import Server, greet, send_opt, recv_opt_reply, go, closed, request  # noqa: E402
 
 srvlib.need_server()
 for tool in ("certtool", "psktool", "nbdinfo", "nbdcopy"):
@@ -104,8 +106,91 @@ def roundtrip(uri, what):
        % (what, a.stderr.strip(), b.stderr.strip()))
 
 
+def tls_client(srv, pki, opt_go=True):
+    """A Python ssl client after STARTTLS (and NBD_OPT_GO), that tells a
+    TLS end with close_notify from a truncation."""
+    s = srv.connect_raw()
+    greet(s)
+    send_opt(s, OPT_STARTTLS)
+    recv_opt_reply(s)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(os.path.join(pki, "ca-cert.pem"))
+    ctx.check_hostname = False
+    # Debian's Python sets this by default: an EOF without close_notify
+    # would then read as a clean end.
+    ctx.options &= ~getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", 0)
+    t = ctx.wrap_socket(s, suppress_ragged_eofs=False)
+    if opt_go:
+        go(t)
+    return t
+
+
+def tls_end(t, timeout=10):
+    """How the server ended the TLS connection: "close_notify", or what
+    happened instead."""
+    t.settimeout(timeout)
+    try:
+        while True:
+            if not t.recv(65536):
+                return "close_notify"
+    except ssl.SSLError as e:
+        return "no close_notify (%s)" % e
+    except socket.timeout:
+        return "still open after %d s" % timeout
+    except OSError as e:
+        return "%s" % e
+    finally:
+        t.close()
+
+
+def close_notify(pki):
+    """close_notify on every way a TLS connection ends."""
+    with Server("size=16M", options=["--tls=require", "--tls-certificates",
+                                     pki, "--idle-timeout", "2"]) as srv:
+        t = tls_client(srv, pki)
+        request(t, 2)                           # NBD_CMD_DISC
+        end = tls_end(t)
+        ok(end == "close_notify", "TLS: after NBD_CMD_DISC, close_notify "
+           "(%s)" % end)
+
+        t = tls_client(srv, pki)
+        end = "no close_notify"
+        try:
+            t.settimeout(10)
+            t.unwrap()                  # ours, then waits for the server's
+            end = "close_notify"
+        except (ssl.SSLError, OSError) as e:
+            end = "%s" % e
+        t.close()
+        ok(end == "close_notify", "TLS: a client's close_notify without "
+           "NBD_CMD_DISC is answered with close_notify (%s)" % end)
+
+        t = tls_client(srv, pki)
+        socket.socket(fileno=os.dup(t.fileno())).shutdown(socket.SHUT_WR)
+        end = tls_end(t)
+        ok(end == "close_notify", "TLS: a client gone without NBD_CMD_DISC "
+           "(half-closed): close_notify (%s)" % end)
+
+        t = tls_client(srv, pki)
+        t0 = time.monotonic()
+        end = tls_end(t)
+        ok(end == "close_notify", "TLS: --idle-timeout: close_notify after "
+           "%.1f s (%s)" % (time.monotonic() - t0, end))
+
+        t = tls_client(srv, pki)
+        u = tls_client(srv, pki, opt_go=False)
+        srv.proc.send_signal(15)
+        end, endu = tls_end(t), tls_end(u)
+        ok(end == "close_notify", "TLS: server shutdown (SIGTERM): "
+           "close_notify (%s)" % end)
+        ok(endu == "close_notify", "TLS: server shutdown, a client still "
+           "negotiating options: close_notify (%s)" % endu)
+        ok(srv.stop() == 0, "... and the server exits 0")
+
+
 def main():
     pki = make_pki("pki")
+    close_notify(pki)
     keys = make_psk("keys.psk", "alice")
 
     # ---- X.509, --tls=require -------------------------------------------
@@ -179,6 +264,10 @@ def main():
         reps = go(s)
         ok(reps[-1][0] == ERR_TLS_REQD, "NBD_OPT_GO before STARTTLS: "
            "NBD_REP_ERR_TLS_REQD (%#x)" % reps[-1][0])
+        send_opt(s, 8, bytes(64 << 10))         # over 16 KiB: discarded
+        o, typ, d = recv_opt_reply(s)
+        ok(typ == ERR_TLS_REQD, "an option of 64 KiB before STARTTLS: "
+           "NBD_REP_ERR_TLS_REQD, not TOO_BIG (%#x)" % typ)
         send_opt(s, OPT_STARTTLS, b"x")
         o, typ, d = recv_opt_reply(s)
         ok(typ == ERR_INVALID, "STARTTLS with data: NBD_REP_ERR_INVALID")

@@ -13,9 +13,9 @@
 #include "sect4k/sect4k.h"
 #include "tap.h"
 
-#define UNIT (64 * 1024)
+#define MAXUNIT (64 * 1024)
 #define UNITS 8
-#define DEV (UNIT * UNITS)
+#define DEV (MAXUNIT * UNITS)
 #define WRITERS 2
 #define READERS 2
 
@@ -23,6 +23,7 @@ static struct s4k_dev *dev;
 static atomic_bool stop;
 static atomic_uint torn, reads;
 static bool atomic_on;
+static uint64_t UNIT;           /* the atomic unit of this run */
 
 static struct s4k_dev *
 open_dev (const char *keys)
@@ -52,7 +53,7 @@ open_dev (const char *keys)
 static void *
 writer (void *arg)
 {
-  static _Thread_local char buf[UNIT];
+  static _Thread_local char buf[MAXUNIT];
   unsigned x = (unsigned) (uintptr_t) arg * 7919 + 1;
   for (unsigned i = 0; !atomic_load (&stop); i++) {
     x = x * 1103515245 + 12345;
@@ -66,7 +67,7 @@ writer (void *arg)
 static void *
 reader (void *arg)
 {
-  static _Thread_local char buf[3 * UNIT];
+  static _Thread_local char buf[3 * MAXUNIT];
   unsigned x = (unsigned) (uintptr_t) arg * 104729 + 3;
   while (!atomic_load (&stop)) {
     x = x * 1103515245 + 12345;
@@ -104,8 +105,9 @@ now (void)
 /* Runs writers and readers for up to secs (until a torn unit when
  * the device has no atomic writes); returns the torn reads. */
 static unsigned
-run (const char *keys, double secs)
+run (const char *keys, uint64_t unit, double secs)
 {
+  UNIT = unit;
   dev = open_dev (keys);
   atomic_on = s4k_dev_atomic (dev)->max != 0;
   atomic_store (&stop, false);
@@ -140,15 +142,22 @@ main (void)
     for (unsigned l = 0; l < 2; l++) {
       snprintf (keys, sizeof keys, "size=%d model=%s atomic-write-max=64K%s",
                 DEV, models[m], layers[l]);
-      unsigned t = run (keys, 1.0);
+      unsigned t = run (keys, MAXUNIT, 1.0);
       ok (t == 0, "%s%s: atomic-write-max=64K: no read saw part of a "
           "64 KiB write (%u reads)", models[m],
           l ? ", fault layer (locked reads)" : ", lock-free reads", reads);
     }
+  /* 512e-xp (alignment offset 3584): a 4 KiB unit no larger than a
+   * chunk still spans two. */
+  snprintf (keys, sizeof keys, "size=%d model=512e-xp atomic-write-max=4K",
+            DEV);
+  unsigned t = run (keys, 4096, 1.0);
+  ok (t == 0, "512e-xp, lock-free reads: atomic-write-max=4K: no read saw "
+      "part of a 4 KiB write across two chunks (%u reads)", reads);
   /* Without the key, lock-free reads do see them in part (a unit is
    * sixteen 4 KiB chunks). */
   snprintf (keys, sizeof keys, "size=%d model=4kn", DEV);
-  unsigned t = run (keys, 5.0);
+  t = run (keys, MAXUNIT, 5.0);
   ok (t > 0, "4kn, lock-free reads, no atomic-write-max: reads saw part "
       "of a 64 KiB write (%u of %u reads)", t, reads);
   printf ("1..%u\n", tap_n);

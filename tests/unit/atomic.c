@@ -3,7 +3,8 @@
  * break a limit refused with EINVAL, nothing written; and power cuts
  * over atomic and plain writes mixed, per torn= policy and geometry:
  * an atomic write is always wholly old or wholly new, as the cut report
- * says, while plain writes tear as the policy lets them. */
+ * says, while plain writes tear as the policy lets them (512e, 4kn, and
+ * 512e-xp, whose alignment offset makes pages cut physical sectors). */
 #include <errno.h>
 #include <string.h>
 
@@ -230,11 +231,11 @@ reported (const char *rep, const struct s4k_dev *d, uint64_t len,
 }
 
 /* Under write-cache=true, with the cut from the control call: per seed,
- * atomic pages (16 KiB, aligned; under explicit, marked S4K_ATOMIC) and
- * plain writes (under implicit: crossing a unit, so they do not fit;
- * under explicit: not marked), an atomic write with a plain one over
- * part of it afterwards, and (min 512) an atomic write cutting two
- * physical sectors.  Returns how many plain pages tore. */
+ * atomic pages (16 KiB, aligned; under explicit, marked S4K_ATOMIC),
+ * one of them rewritten, and plain writes (under implicit: crossing a
+ * unit, so they do not fit; under explicit: not marked), an atomic
+ * page with a 4 KiB write over part of it afterwards, and on 512e (min
+ * 512) an atomic write cutting two physical sectors. */
 static void
 test_cut (const char *model, const char *torn, bool explicit_only)
 {
@@ -252,10 +253,12 @@ test_cut (const char *model, const char *torn, bool explicit_only)
     struct s4k_dev *d = open_dev (keys);
     const unsigned aflag = explicit_only ? S4K_ATOMIC : 0;
     fill_old (d);
-    /* Atomic pages 0..3 at 0, 16K, 32K, 48K, bytes 0x21.. */
+    /* Atomic pages 0..3 at 0, 32K, 64K, 96K, bytes 0x21.. (apart: with
+     * an alignment offset, neighbouring pages share a physical sector,
+     * and a write touching a unit settles it). */
     for (unsigned i = 0; i < 4; i++) {
       memset (buf, 0x21 + i, PAGE);
-      if (s4k_write (d, buf, PAGE, (uint64_t) i * PAGE, aflag))
+      if (s4k_write (d, buf, PAGE, (uint64_t) i * 2 * PAGE, aflag))
         bail ("atomic write failed");
     }
     /* Page 0 again: the new unit takes the old one in (both kept or
@@ -263,10 +266,10 @@ test_cut (const char *model, const char *torn, bool explicit_only)
     memset (buf, 0x29, PAGE);
     if (s4k_write (d, buf, PAGE, 0, aflag))
       bail ("atomic write failed");
-    /* Plain pages: under implicit, 16K across a unit boundary (at 72K:
+    /* Plain pages: under implicit, 16K across a unit boundary (at 120K:
      * units 64K and 80K); under explicit, unmarked aligned pages. */
-    const uint64_t plain_off[2] = { explicit_only ? 64 * 1024 : 72 * 1024,
-                                    explicit_only ? 96 * 1024 : 104 * 1024 };
+    const uint64_t plain_off[2] = { explicit_only ? 128 * 1024 : 120 * 1024,
+                                    explicit_only ? 160 * 1024 : 152 * 1024 };
     for (unsigned i = 0; i < 2; i++) {
       memset (buf, 0x31 + i, PAGE);
       if (s4k_write (d, buf, PAGE, plain_off[i], 0))
@@ -275,15 +278,16 @@ test_cut (const char *model, const char *torn, bool explicit_only)
     /* An atomic page, then a write over part of it: the page is made
      * durable first (the cut can drop only the later write). */
     memset (buf, 0x41, PAGE);
-    s4k_write (d, buf, PAGE, 128 * 1024, aflag);
+    const uint64_t a_off = 192 * 1024, b_off = a_off + 4096;
+    s4k_write (d, buf, PAGE, a_off, aflag);
     memset (buf, 0x42, 4096);
-    s4k_write (d, buf, 4096, 128 * 1024 + 4096, 0);
+    s4k_write (d, buf, 4096, b_off, 0);
     /* 512e: a 4 KiB atomic write at 512 cuts two physical sectors (its
      * RMW neighbours must come back old either way). */
     const bool rmw = strcmp (model, "512e") == 0;
     if (rmw) {
       memset (buf, 0x51, 4096);
-      if (s4k_write (d, buf, 4096, 160 * 1024 + 512, S4K_ATOMIC))
+      if (s4k_write (d, buf, 4096, 224 * 1024 + 512, S4K_ATOMIC))
         bail ("atomic RMW write failed");
     }
 
@@ -291,24 +295,30 @@ test_cut (const char *model, const char *torn, bool explicit_only)
     if (s4k_dev_power_cut (d, -1, &rep) || !rep)
       bail ("cut failed");
     for (unsigned i = 0; i < 4; i++) {
-      int st = state (d, PAGE, (uint64_t) i * PAGE, i ? 0x21 + i : 0x29);
+      int st = state (d, PAGE, (uint64_t) i * 2 * PAGE, i ? 0x21 + i : 0x29);
       atomic_torn += st == 2;
       kept += st == 1;
       dropped += st == 0;
-      if (st != 2 && !reported (rep, d, PAGE, (uint64_t) i * PAGE, st == 1))
+      if (st != 2 &&
+          !reported (rep, d, PAGE, (uint64_t) i * 2 * PAGE, st == 1))
         misreported++;
     }
     for (unsigned i = 0; i < 2; i++)
       plain_torn += state (d, PAGE, plain_off[i], 0x31 + i) == 2;
-    /* The settled page: its sectors other than the overwritten one new. */
-    settled_wrong += state (d, 4096, 128 * 1024, 0x41) != 1 ||
-                     state (d, 8192, 128 * 1024 + 8192, 0x41) != 1;
+    /* The settled page: new outside the physical sectors of the later
+     * write. */
+    const struct s4k_geometry *g = s4k_dev_geometry (d);
+    uint64_t b_start, b_end, x;
+    s4k_sector_range (g, s4k_sector_index (g, b_off), &b_start, &x);
+    s4k_sector_range (g, s4k_sector_index (g, b_off + 4095), &x, &b_end);
+    settled_wrong += state (d, b_start - a_off, a_off, 0x41) != 1 ||
+                     state (d, a_off + PAGE - b_end, b_end, 0x41) != 1;
     if (rmw) {
-      int st = state (d, 4096, 160 * 1024 + 512, 0x51);
+      int st = state (d, 4096, 224 * 1024 + 512, 0x51);
       rmw_wrong += st == 2 ||
-                   state (d, 512, 160 * 1024, 0) != 0 ||
-                   state (d, 4096 - 512, 160 * 1024 + 4096 + 512, 0) != 0 ||
-                   (!reported (rep, d, 4096, 160 * 1024 + 512, st == 1));
+                   state (d, 512, 224 * 1024, 0) != 0 ||
+                   state (d, 4096 - 512, 224 * 1024 + 4096 + 512, 0) != 0 ||
+                   (!reported (rep, d, 4096, 224 * 1024 + 512, st == 1));
     }
     if (misreported && misreported < 2)
       diag ("seed %u: %s", seed, rep);
@@ -451,10 +461,11 @@ main (void)
   test_refused ("4kn");
   static const char *const torns[] =
     { "none", "sector", "unreadable", "garbage", "zero" };
-  for (unsigned m = 0; m < 2; m++)
+  static const char *const models[] = { "512e", "4kn", "512e-xp" };
+  for (unsigned m = 0; m < 3; m++)
     for (unsigned t = 0; t < 5; t++)
       for (unsigned x = 0; x < 2; x++)
-        test_cut (m ? "4kn" : "512e", torns[t], x);
+        test_cut (models[m], torns[t], x);
   test_wlog ("implicit", false);
   test_wlog ("explicit", false);
   test_wlog ("implicit", true);

@@ -71,6 +71,28 @@ SEEDS = {
                  cmd([0x2a, 0, 0, 0, 0, 0, 0, 1, 0, 0], b"x" * 100),
 }
 
+# WRITE ATOMIC(16) and the Block Limits page with atomic writes on (byte 0
+# bit 7) and, for the refusals, off.
+ATOMIC = {
+    "atomic": cmd([0x12, 1, 0xb0, 0, 255, 0], dlen=255) +
+              cmd([0xa3, 0x0c, 1, 0x9c, 0, 0, 0, 0, 0, 64, 0, 0], dlen=64) +
+              cmd([0xa3, 0x0c, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0], dlen=1024) +
+              cmd([0x9c, 0x08] + list(be(0, 8)) + [0, 0] + list(be(8, 2)) + [0, 0],
+                  b"\x77" * 4096) +
+              cmd([0x9c, 0] + list(be(32, 8)) + [0, 0] + list(be(32, 2)) + [0, 0],
+                  dlen=16384) +
+              cmd([0x9c, 0] + list(be(1, 8)) + [0, 0] + list(be(8, 2)) + [0, 0],
+                  dlen=4096) +
+              cmd([0x9c, 0] + list(be(0, 8)) + [0, 8] + list(be(8, 2)) + [0, 0],
+                  dlen=4096) +
+              cmd([0x9c, 0] + list(be(0, 8)) + [0, 0] + list(be(64, 2)) + [0, 0],
+                  dlen=32768) +
+              cmd([0x9c, 0] + list(be(8, 8)) + [0, 0] + list(be(8, 2)) + [0, 0],
+                  b"\x78" * 4096, cut=True) + TUR +
+              cmd([0x9c, 0] + list(be(16, 8)) + [0, 0] + list(be(8, 2)) + [0, 0],
+                  b"\x79" * 4096, fail=0x00),
+}
+
 
 def main(outdir):
     os.makedirs(outdir, exist_ok=True)
@@ -78,6 +100,11 @@ def main(outdir):
         # geometry byte: 512e plus, for the fault seeds, the fault layer
         for b0, tag in ((0x01, "512e"), (0x4a, "512e-xp-faults"), (0x13, "4kn-ro"),
                         (0x0c, "1k8k-wc")):
+            with open(os.path.join(outdir, "seed-%s-%s" % (name, tag)), "wb") as f:
+                f.write(bytes([b0]) + body)
+    for name, body in ATOMIC.items():
+        for b0, tag in ((0x81, "512e"), (0xca, "512e-xp-faults"), (0x93, "4kn-ro"),
+                        (0x8c, "1k8k-wc"), (0x00, "512n-off")):
             with open(os.path.join(outdir, "seed-%s-%s" % (name, tag)), "wb") as f:
                 f.write(bytes([b0]) + body)
 

@@ -8,14 +8,16 @@
  *     exact length);
  *   - only the commands that write produce writes, zeroes or trims, and
  *     never on a read-only LUN; only SYNCHRONIZE CACHE and START STOP UNIT
- *     flush;
+ *     flush; only WRITE ATOMIC(16) writes with S4K_ATOMIC, on a LUN with
+ *     atomic writes, one write within their limits;
  *   - the result is GOOD without sense, or CHECK CONDITION with 18 bytes
  *     of well-formed fixed sense; data-in never exceeds the buffer, and
  *     only commands that return data return any;
  *   - the op rounds of one command end (a read's salvage is bounded).
  *
  * Input: byte 0 picks the LUN: bits 0-2 the geometry (of five), bit 3
- * write-cache=true, bit 4 read-only, bit 5 no LBPRZ, bit 6 bad-sectors=9.
+ * write-cache=true, bit 4 read-only, bit 5 no LBPRZ, bit 6 bad-sectors=9,
+ * bit 7 atomic writes (max 16 KiB, granularity the physical sector).
  * Then commands, each: a header byte (bits 0-4 the CDB length, bit 5
  * "fail an op", bit 6 "cut the power after exec", bit 7 "two-byte data
  * length"), the CDB, the data length (one or two bytes), the data (what
@@ -88,7 +90,7 @@ static bool
 writes (uint8_t op)
 {
   return op == 0x0a || op == 0x2a || op == 0xaa || op == 0x8a ||
-         op == 0x41 || op == 0x93 || op == 0x42;
+         op == 0x41 || op == 0x93 || op == 0x42 || op == 0x9c;
 }
 
 static bool
@@ -102,7 +104,8 @@ returns_data (uint8_t op)
 /* The op as the invariants allow it. */
 static void
 check_op (const struct s4k_scsi_op *op, uint8_t opcode, bool readonly,
-          const struct s4k_geometry *g, const uint8_t *data, size_t data_len)
+          const struct s4k_geometry *g, const struct s4k_atomic *a,
+          const uint8_t *data, size_t data_len)
 {
   if (op->kind == S4K_SCSI_OP_FLUSH) {
     CHECK (op->len == 0 && op->off == 0 && op->buf == NULL &&
@@ -118,7 +121,12 @@ check_op (const struct s4k_scsi_op *op, uint8_t opcode, bool readonly,
     CHECK (op->buf && op->flags == 0);
     break;
   case S4K_SCSI_OP_WRITE:
-    CHECK (op->buf && (op->flags & ~S4K_FUA) == 0);
+    CHECK (op->buf && (op->flags & ~(S4K_FUA | S4K_ATOMIC)) == 0);
+    CHECK (!(op->flags & S4K_ATOMIC) == (opcode != 0x9c));
+    if (op->flags & S4K_ATOMIC)
+      CHECK (a->max && op->len <= a->max && op->off % a->min == 0 &&
+             op->len % a->min == 0 &&
+             op->off / a->max == (op->off + op->len - 1) / a->max);
     break;
   case S4K_SCSI_OP_ZERO:
     CHECK (!op->buf && (op->flags & ~S4K_MAY_TRIM) == 0);
@@ -190,9 +198,16 @@ LLVMFuzzerTestOneInput (const uint8_t *p, size_t n)
     set (&c, "write-cache=true");
   if (b0 & 0x40)
     set (&c, "bad-sectors=9");
+
   if (s4k_config_finish (&c, err, sizeof err)) {
     fprintf (stderr, "fuzz-scsi: %s\n", err);
     abort ();
+  }
+  if (b0 & 0x80) {
+    /* Atomic writes: what atomic-write-max=16k with the physical sector
+     * as granularity gives the engine and the LUN. */
+    c.atomic.max = 16384;
+    c.atomic.min = c.geom.physical;
   }
   struct s4k_dev *d;
   if (s4k_dev_open (&d, &c, err, sizeof err)) {
@@ -245,7 +260,8 @@ LLVMFuzzerTestOneInput (const uint8_t *p, size_t n)
       unsigned i = 0;
       int r = 0;
       for (; i < nops; i++, opno++) {
-        check_op (&cmd.ops[i], cdb[0], prm.readonly, g, data, data_len);
+        check_op (&cmd.ops[i], cdb[0], prm.readonly, g, &prm.atomic, data,
+                  data_len);
         r = opno == fail_op && fail_errno ? -fail_errno
                                           : run_op (d, &cmd.ops[i]);
         if (r)

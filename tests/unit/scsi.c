@@ -25,6 +25,11 @@ static const struct model models[] = {
 
 #define SIZE (4 * 1024 * 1024)
 
+/* Atomic write limits the next rig_open gives the device and the LUN
+ * (what atomic-write-max=, atomic-write-min=, atomic-write-boundary= set
+ * in the configuration); max 0: none. */
+static struct s4k_atomic rig_atomic;
+
 struct rig {
   struct s4k_config c;
   struct s4k_dev *d;
@@ -57,6 +62,8 @@ rig_open (struct rig *t, const struct model *m, const char *const *extra)
   }
   if (s4k_config_finish (&t->c, err, sizeof err))
     bail ("%s", err);
+  if (rig_atomic.max)
+    t->c.atomic = rig_atomic;
   if (s4k_dev_open (&t->d, &t->c, err, sizeof err))
     bail ("%s", err);
   t->g = s4k_dev_geometry (t->d);
@@ -1008,6 +1015,186 @@ test_random (const struct model *m, unsigned rounds)
   rig_close (&t);
 }
 
+/* ---- atomic writes: Block Limits, RSOC, WRITE ATOMIC(16) --------------- */
+
+/* WRITE ATOMIC(16): LBA, ATOMIC BOUNDARY, TRANSFER LENGTH, FUA. */
+static void
+wa16 (uint8_t *c, uint64_t lba, uint16_t boundary, uint16_t n, bool fua)
+{
+  memset (c, 0, 16);
+  c[0] = 0x9c;
+  c[1] = fua ? 0x08 : 0;
+  put64 (c + 2, lba);
+  c[10] = boundary >> 8;
+  c[11] = (uint8_t) boundary;
+  c[12] = n >> 8;
+  c[13] = (uint8_t) n;
+}
+
+static void
+test_atomic (const struct model *m)
+{
+  struct rig t;
+  const uint32_t L = m->L, P = m->P;
+  const uint32_t max = P * 4 > 16384 ? P * 4 : 16384;
+  rig_atomic = (struct s4k_atomic) { .max = max, .min = P };
+  rig_open (&t, m, NULL);
+  rig_atomic = (struct s4k_atomic) { 0 };
+  clear_ua (&t, m->name);
+  const uint32_t maxb = max / L, gran = P / L;
+
+  /* Block Limits: the atomic fields where sd_read_block_limits reads
+   * them (bytes 44-63 of a 0x3c page), in logical blocks. */
+  uint8_t inq[6] = { 0x12, 1, 0xb0, 0, 255, 0 };
+  uint8_t want[20] = { 0 };
+  put32 (want, maxb);
+  put32 (want + 4, gran);
+  put32 (want + 8, gran);
+  ok (run (&t, inq, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
+      last.data_in_len == 64 && buf[2] == 0 && buf[3] == 0x3c &&
+      bytes_are (buf + 44, want, sizeof want),
+      "%s: VPD B0h atomic fields: MAXIMUM ATOMIC TRANSFER LENGTH %u, ATOMIC "
+      "ALIGNMENT %u, GRANULARITY %u blocks, no boundary fields", m->name,
+      maxb, gran, gran);
+
+  /* REPORT SUPPORTED OPERATION CODES lists it. */
+  uint8_t rsoc[12] = { 0xa3, 0x0c, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0 };
+  bool listed = false;
+  if (run (&t, rsoc, 12, buf, sizeof buf) == S4K_SCSI_GOOD)
+    for (uint64_t i = 4; i + 8 <= last.data_in_len; i += 8)
+      listed |= buf[i] == 0x9c && buf[i + 7] == 16;
+  ok (listed, "%s: REPORT SUPPORTED OPERATION CODES lists WRITE ATOMIC(16) "
+      "(9Ch, 16 bytes)", m->name);
+  uint8_t rsoc1[12] = { 0xa3, 0x0c, 1, 0x9c, 0, 0, 0, 0, 0, 64, 0, 0 };
+  const uint8_t usage[4 + 16] = { 0, 0x03, 0, 16, 0x9c, 0x18, 0xff, 0xff,
+                                  0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                  0xff, 0xff, 0xff, 0x3f, 0 };
+  ok (run (&t, rsoc1, 12, buf, sizeof buf) == S4K_SCSI_GOOD &&
+      last.data_in_len == sizeof usage && bytes_are (buf, usage, sizeof usage),
+      "%s: RSOC of 9Ch: supported, CDB usage DPO FUA, LBA, ATOMIC BOUNDARY, "
+      "TRANSFER LENGTH, GROUP NUMBER", m->name);
+
+  /* The largest atomic write, with FUA: one S4K_ATOMIC | S4K_FUA write,
+   * the data on the medium. */
+  uint8_t c[16];
+  const uint64_t lba = 2 * (uint64_t) maxb;
+  fill_pattern (buf2, max, 27);
+  wa16 (c, lba, 0, (uint16_t) maxb, true);
+  ok (run (&t, c, 16, buf2, max) == S4K_SCSI_GOOD && last_ops == 1 &&
+      last_flags == (S4K_ATOMIC | S4K_FUA),
+      "%s: WRITE ATOMIC(16) of %u blocks with FUA: GOOD, one write with "
+      "S4K_ATOMIC | S4K_FUA", m->name, maxb);
+  ok (s4k_read (t.d, buf, max, lba * L) == 0 && memcmp (buf, buf2, max) == 0,
+      "%s: WRITE ATOMIC(16): the data is on the device", m->name);
+  wa16 (c, lba, 0, (uint16_t) gran, false);
+  ok (run (&t, c, 16, buf2, gran * L) == S4K_SCSI_GOOD &&
+      last_flags == S4K_ATOMIC,
+      "%s: WRITE ATOMIC(16) of the granularity (%u blocks) without FUA: "
+      "S4K_ATOMIC alone", m->name, gran);
+  wa16 (c, lba, 0, 0, false);
+  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_GOOD && last_ops == 0,
+      "%s: WRITE ATOMIC(16) of 0 blocks: GOOD, nothing written", m->name);
+
+  /* The refusals: ILLEGAL REQUEST, INVALID FIELD IN CDB at the field. */
+  wa16 (c, lba, 0, (uint16_t) (maxb + gran), false);
+  run (&t, c, 16, buf2, sizeof buf2);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0) && field_is (true, 12, -1)
+      && last_ops == 0, "%s: TRANSFER LENGTH %u above MAXIMUM ATOMIC "
+      "TRANSFER LENGTH: INVALID FIELD IN CDB at byte 12", m->name,
+      maxb + gran);
+  if (gran > 1) {
+    wa16 (c, lba, 0, (uint16_t) (gran + 1), false);
+    run (&t, c, 16, buf2, sizeof buf2);
+    ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0) &&
+        field_is (true, 12, -1) && last_ops == 0,
+        "%s: TRANSFER LENGTH %u not a multiple of the GRANULARITY %u: "
+        "INVALID FIELD IN CDB at byte 12", m->name, gran + 1, gran);
+    wa16 (c, lba + 1, 0, (uint16_t) gran, false);
+    run (&t, c, 16, buf2, sizeof buf2);
+    ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0) &&
+        field_is (true, 2, -1) && last_ops == 0,
+        "%s: LBA %" PRIu64 " not a multiple of the ATOMIC ALIGNMENT %u: "
+        "INVALID FIELD IN CDB at byte 2", m->name, lba + 1, gran);
+  }
+  wa16 (c, lba + maxb - gran, 0, (uint16_t) (2 * gran), false);
+  run (&t, c, 16, buf2, sizeof buf2);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0) && field_is (true, 2, -1)
+      && last_ops == 0, "%s: %u blocks at LBA %" PRIu64 ", aligned but "
+      "across a multiple of the maximum (the atomic unit is naturally "
+      "aligned): INVALID FIELD IN CDB at byte 2", m->name, 2 * gran,
+      lba + maxb - gran);
+  wa16 (c, lba + maxb - gran, 0, (uint16_t) gran, false);
+  ok (run (&t, c, 16, buf2, sizeof buf2) == S4K_SCSI_GOOD &&
+      last_flags == S4K_ATOMIC, "%s: %u blocks at LBA %" PRIu64 ", within "
+      "the unit: GOOD", m->name, gran, lba + maxb - gran);
+  wa16 (c, lba, (uint16_t) gran, (uint16_t) gran, false);
+  run (&t, c, 16, buf2, sizeof buf2);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0) && field_is (true, 10, -1)
+      && last_ops == 0, "%s: an ATOMIC BOUNDARY (MAXIMUM ATOMIC BOUNDARY "
+      "SIZE 0): INVALID FIELD IN CDB at byte 10", m->name);
+  wa16 (c, lba, 0, (uint16_t) gran, false);
+  run (&t, c, 16, buf2, gran * L - 1);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0) && field_is (true, 12, -1)
+      && last_ops == 0, "%s: WRITE ATOMIC(16) with less data than its "
+      "length: INVALID FIELD IN CDB", m->name);
+  wa16 (c, SIZE / L, 0, (uint16_t) gran, false);
+  run (&t, c, 16, buf2, sizeof buf2);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x21, 0) && last_ops == 0,
+      "%s: WRITE ATOMIC(16) past the end: LBA OUT OF RANGE", m->name);
+  wa16 (c, lba, 0, (uint16_t) gran, false);
+  c[1] |= 0x04;
+  run (&t, c, 16, buf2, sizeof buf2);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0) && field_is (true, 1, 2),
+      "%s: WRITE ATOMIC(16) with a reserved bit: INVALID FIELD IN CDB at "
+      "byte 1 bit 2", m->name);
+
+  /* A read-only LUN on it: DATA PROTECT. */
+  char err[256];
+  struct s4k_scsi_params p = *s4k_scsi_lun_params (t.lun);
+  p.readonly = true;
+  struct s4k_scsi_lun *ro = s4k_scsi_lun_new (&p, err, sizeof err), *rw = t.lun;
+  t.lun = ro;
+  clear_ua (&t, m->name);
+  wa16 (c, lba, 0, (uint16_t) gran, false);
+  run (&t, c, 16, buf2, sizeof buf2);
+  ok (sense_is (S4K_SENSE_DATA_PROTECT, 0x27, 0) && last_ops == 0,
+      "%s: WRITE ATOMIC(16) on a read-only LUN: DATA PROTECT, WRITE "
+      "PROTECTED", m->name);
+  t.lun = rw;
+  s4k_scsi_lun_free (ro);
+
+  /* Limits SCSI cannot state. */
+  p.readonly = false;
+  p.atomic.max = max + L / 2;
+  ok (L > 1 && s4k_scsi_lun_new (&p, err, sizeof err) == NULL,
+      "%s: atomic max not a multiple of the logical block refused: %s",
+      m->name, err);
+  p.atomic.max = p.max_request * 2;
+  ok (s4k_scsi_lun_new (&p, err, sizeof err) == NULL,
+      "%s: atomic max above max-request refused", m->name);
+  rig_close (&t);
+
+  /* Without atomic writes: no fields, not listed, not run. */
+  rig_open (&t, m, NULL);
+  clear_ua (&t, m->name);
+  ok (run (&t, inq, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
+      all_zero_check (buf + 44, 20),
+      "%s: without atomic writes the B0h atomic fields are 0", m->name);
+  listed = false;
+  if (run (&t, rsoc, 12, buf, sizeof buf) == S4K_SCSI_GOOD)
+    for (uint64_t i = 4; i + 8 <= last.data_in_len; i += 8)
+      listed |= buf[i] == 0x9c;
+  ok (!listed && run (&t, rsoc1, 12, buf, sizeof buf) == S4K_SCSI_GOOD &&
+      buf[1] == 0x01, "%s: without atomic writes RSOC does not list 9Ch "
+      "(SUPPORT 001b)", m->name);
+  wa16 (c, 0, 0, 1, false);
+  run (&t, c, 16, buf2, sizeof buf2);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x20, 0) && field_is (true, 0, -1)
+      && last_ops == 0, "%s: without atomic writes WRITE ATOMIC(16) is "
+      "INVALID COMMAND OPERATION CODE", m->name);
+  rig_close (&t);
+}
+
 int
 main (void)
 {
@@ -1020,6 +1207,8 @@ main (void)
   for (size_t i = 0; i < NMODELS; i++)
     test_faults (&models[i]);
   test_errno_map ();
+  for (size_t i = 0; i < NMODELS; i++)
+    test_atomic (&models[i]);
   for (size_t i = 0; i < NMODELS; i++)
     test_random (&models[i], san ? 2000 : 20000);
   printf ("1..%u\n", tap_n);

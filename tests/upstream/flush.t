@@ -13,8 +13,7 @@
 . "$(dirname "$0")/up.sh"
 need nbdkit qemu-io
 need_server
-py=/usr/bin/python3
-$py -c 'import nbd' 2>/dev/null || skip_all "python3-libnbd is not installed"
+need_pynbd
 
 # upstream_flushes LOG: flushes the upstream received.
 upstream_flushes () { grep -c 'Flush id=[0-9]* \.\.\.$' "$1"; }

@@ -57,8 +57,25 @@ for front in server plugin; do
   refused $front "upstream-partial-writes=maybe" \
     "upstream-partial-writes=maybe: not a boolean" upstream="$plain" \
     upstream-partial-writes=maybe
+  refused $front "upstream-timeout=soon" \
+    "upstream-timeout=soon: not a duration" upstream="$plain" \
+    upstream-timeout=soon
+  refused $front "upstream-timeout= without upstream=" \
+    "upstream-timeout=2s: needs upstream=" size=1M upstream-timeout=2
   refused $front "an upstream nobody serves" "cannot connect" \
     upstream="nbd+unix:///?socket=$tmpdir/nobody.sock"
+done
+
+# Two export names on one upstream server name two devices as far as
+# sect4k can know: served (the refusals of one export twice are in
+# tests/exports-refusals.sh).
+named="nbd+unix:///NAME?socket=$tmpdir/plain.sock"
+for front in server plugin; do
+  start_front $front names-$front export=a upstream="${named/NAME/a}" \
+    export=b upstream="${named/NAME/b}" model=512e || exit 1
+  [ "$(nbdinfo --size "nbd+unix:///b?socket=$sock")" = 67108864 ]
+  ok $? "$front serves two upstream export names of one server as two exports"
+  stop_front $front
 done
 
 start_server big8k upstream="$min8k" physical=8192 || exit 1

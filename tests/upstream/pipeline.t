@@ -10,8 +10,7 @@
 . "$(dirname "$0")/up.sh"
 need nbdkit
 need_server
-py=/usr/bin/python3
-$py -c 'import nbd' 2>/dev/null || skip_all "python3-libnbd is not installed"
+need_pynbd
 delay=300                       # ms
 
 start_nbdkit up --filter=delay memory 64M rdelay=${delay}ms \

@@ -11,6 +11,13 @@ need_fronts () {
   [ -x "$client" ] || skip_all "$client is not built"
 }
 
+# need_pynbd: libnbd's Python binding, with $py the python that has it;
+# else the whole test skips.
+need_pynbd () {
+  py=/usr/bin/python3
+  $py -c 'import nbd' 2>/dev/null || skip_all "python3-libnbd is not installed"
+}
+
 # skip_one DESCRIPTION: a TAP test that could not run.
 skip_one () { tap_n=$((tap_n + 1)); echo "ok $tap_n # SKIP $*"; }
 

@@ -5,7 +5,9 @@
 #   virtio  the virtio-blk disks the host gave qemu (one per case, serial=name)
 #   faults  bad sectors and power cuts through the nbd driver
 #   scsi, scsi_bench   guest/scsi.sh
+#   atomic  untorn writes on a SCSI disk (Linux 6.11 on): guest/atomic.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
+#   captive sect4k-server --scsi --run, sect4k-attach --run   guest/captive.sh
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
 # The host numbers the tests and checks that all of them came.
 PLUGIN=/opt/sect4k/sect4k.so
@@ -22,10 +24,10 @@ nok () { n=$((n + 1)); echo "S4K: not ok - $*"; }
 diag () { printf '%s\n' "$@" | sed 's/^/S4K: # /'; }
 # is DESC GOT EXPECTED
 is () {
-  if [ "$2" = "$3" ]; then ok "$1"; else nok "$1"; diag "  got '$2', expected '$3'"; fi
+  if [ "$2" = "$3" ]; then ok "$1"; else nok "$1"; diag "  got '$2', expected '$3'"; return 1; fi
 }
-# check DESC COMMAND...
-check () { d=$1; shift; if "$@"; then ok "$d"; else nok "$d"; fi; }
+# check DESC COMMAND...: fails (status 1) when COMMAND fails.
+check () { d=$1; shift; if "$@"; then ok "$d"; else nok "$d"; return 1; fi; }
 # says DESC TEXT PATTERN...: TEXT has a line matching every PATTERN.
 says () {
   d=$1 t=$2; shift 2
@@ -44,7 +46,7 @@ refused () {
 # The cases without comments, on fd 3 so that nothing in a loop eats them.
 sed -e 's/#.*//' -e '/^[[:space:]]*$/d' /cases > /tmp/cases
 
-server_pid=
+server_pid= srv_pid= scsi_pid= scsi_dev= case_pids=
 start_server () {  # NAME PARAMS...
   name=$1; shift
   rm -f "/tmp/$name.sock"
@@ -55,9 +57,88 @@ start_server () {  # NAME PARAMS...
   while [ ! -S "/tmp/$name.sock" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
   [ -S "/tmp/$name.sock" ] || { diag "nbdkit for $name did not start:"; diag "$(tail -n 5 "/tmp/$name.log")"; }
 }
-stop_server () {
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  server_pid=
+stop_server () { stop_pid "$server_pid"; server_pid=; }
+
+# ---- cleaning up after a case ------------------------------------------------
+# A case that fails half-way returns at once; the suite then calls tidy,
+# which removes whatever the case left (a mounted /mnt, the dm target,
+# sect4k-attach --scsi disks, attached nbd devices, the case's servers, a
+# dead server's configfs entries, scsi_debug) and says what it removed, so
+# one failure fails one case and the rest of the suite runs.  A disk left
+# attached is no detail: its server's upstream goes with the next case,
+# and the kernel then waits on it (poweroff's cache flush included).
+# alive PID: running (a zombie the shell has not reaped is not).
+alive () { [ -n "$1" ] && [ -e "/proc/$1" ] && ! grep -q '^[0-9]* (.*) Z' "/proc/$1/stat" 2>/dev/null; }
+# stop_pid PID [SECS]: SIGTERM, SIGKILL after SECS (default 30); sets
+# stop_rc to its exit status.  Never waits for ever on a stuck server.
+stop_pid () {
+  stop_rc=
+  [ -n "$1" ] || return 0
+  kill "$1" 2>/dev/null
+  sp=$(( ${2:-30} * 10 ))
+  while alive "$1" && [ "$sp" -gt 0 ]; do sleep 0.1; sp=$((sp - 1)); done
+  if alive "$1"; then diag "  pid $1 still running ${2:-30} s after SIGTERM: SIGKILL"; kill -9 "$1" 2>/dev/null; fi
+  wait "$1" 2>/dev/null; stop_rc=$?
+}
+# tidy PFX [attach]: remove what the case PFX left; 'attach': only the
+# devices attached by sect4k-attach (the case's servers stay).
+tidy () {
+  local f s p pid
+  tl=
+  if grep -q ' /mnt ' /proc/mounts 2>/dev/null; then
+    umount /mnt 2>/dev/null || umount -l /mnt 2>/dev/null; tl="$tl /mnt"
+  fi
+  if command -v dmsetup >/dev/null && dmsetup info s4klog >/dev/null 2>&1; then
+    DM_DISABLE_UDEV=1 dmsetup remove --noudevsync --force s4klog >/dev/null 2>&1; tl="$tl dm:s4klog"
+  fi
+  for f in /run/sect4k-attach/sd*; do
+    case "$f" in *'*'|*.log|*.out) continue ;; esac
+    [ -f "$f" ] || continue
+    pid=$(sed -n 's/^pid=//p' "$f")
+    if ! sect4k-attach --detach "/dev/${f##*/}" >/dev/null 2>&1; then
+      alive "$pid" && kill -9 "$pid" 2>/dev/null
+      rm -f "$f"
+    fi
+    tl="$tl /dev/${f##*/}"
+  done
+  for s in /sys/block/nbd*; do
+    [ -e "$s/pid" ] || [ "$(cat "$s/size" 2>/dev/null || echo 0)" != 0 ] || continue
+    nbd-client -d "/dev/${s##*/}" >/dev/null 2>&1; tl="$tl /dev/${s##*/}"
+  done
+  if [ "${2:-}" != attach ]; then
+    for p in $server_pid $srv_pid $scsi_pid $case_pids; do
+      alive "$p" || continue
+      stop_pid "$p"
+      if [ "$p" = "$scsi_pid" ] && [ -n "$scsi_dev" ]; then tl="$tl pid:$p($scsi_dev)"; else tl="$tl pid:$p"; fi
+    done
+    server_pid= srv_pid= scsi_pid= scsi_dev= case_pids=
+    tidy_configfs
+    grep -q '^scsi_debug ' /proc/modules 2>/dev/null && { rmmod scsi_debug 2>/dev/null; tl="$tl scsi_debug"; }
+  fi
+  [ -z "$tl" ] || diag "$1: removed what the case left:$tl"
+}
+# The configfs entries of sect4k-servers that no longer run (a SIGKILL, a
+# server killed after SIGTERM hung): the links, LUNs, nexus, target, then
+# the backstores (what sect4k-server's own start-up cleanup does).
+tidy_configfs () {
+  local cfs=/sys/kernel/config/target w l x h d
+  for w in "$cfs"/loopback/naa.353344b*; do
+    [ -d "$w" ] || continue
+    alive "$(printf '%d' "0x${w##*naa.353344b}")" && continue
+    for l in "$w"/tpgt_1/lun/lun_*; do
+      [ -d "$l" ] || continue
+      for x in "$l"/*; do [ -L "$x" ] && rm -f "$x"; done
+      rmdir "$l" 2>/dev/null
+    done
+    [ -e "$w/tpgt_1/nexus" ] && echo NULL > "$w/tpgt_1/nexus" 2>/dev/null
+    rmdir "$w/tpgt_1" "$w" 2>/dev/null; tl="$tl $w"
+  done
+  for h in "$cfs"/core/user_*; do
+    [ -d "$h" ] || continue
+    alive "${h##*/user_}" && continue
+    for d in "$h"/sect4k-*; do [ -d "$d" ] && rmdir "$d" 2>/dev/null; done
+    rmdir "$h" 2>/dev/null && tl="$tl $h"
+  done
 }
 
 load_nbd () { insmod /modules/nbd.ko nbds_max=2 max_part=4; }
@@ -140,8 +221,9 @@ srv_case () {
       sect4k-attach --detach "$dev" >/dev/null 2>&1 ;;
     *) nok "$pfx: sect4k-attach attached a device"; diag "$out" "$(cat /tmp/srv.log)" ;;
   esac
-  kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null
-  check "$pfx: the server exited cleanly" test $? = 0
+  tidy "$pfx" attach
+  stop_pid "$srv_pid"; srv_pid=
+  is "$pfx: the server exited cleanly" "$stop_rc" 0
 }
 
 # two_exports PFX LOG: one server on /tmp/two.sock serving exports 512e
@@ -170,6 +252,49 @@ two_exports () {
   sect4k-attach --detach /dev/nbd1 >/dev/null 2>&1
 }
 
+# nbd_case NAME L P A PARAMS...: the plugin serving one geometry to the
+# nbd driver through sect4k-attach; returns at its first hard failure
+# (the suite tidies up after it).
+nbd_case () {
+  name=$1 L=$2 P=$3 A=$4; shift 4
+  start_server "$name" $PLUGIN size=$SIZE "$@"
+  uri="nbd+unix:///?socket=/tmp/$name.sock"
+  min=$(nbdinfo --json --no-content "$uri" | sed -n 's/.*"block_size_minimum": \([0-9]*\).*/\1/p')
+  is "nbd $name: the server advertises minimum $L" "$min" "$L"
+  out=$(sect4k-attach "$uri" 2>&1); rc=$?
+  dev=$(printf '%s\n' "$out" | head -n 1)
+  diag "$out"
+  case "$rc:$dev" in
+    0:/dev/nbd*) ok "nbd $name: sect4k-attach attached $dev" ;;
+    *) nok "nbd $name: sect4k-attach attached a device"; return 1 ;;
+  esac
+  b=${dev#/dev/}
+  is "nbd $name: logical_block_size is the advertised minimum" \
+    "$(cat "/sys/block/$b/queue/logical_block_size")" "$min"
+  # The nbd driver has one block size for both and no alignment offset.
+  is "nbd $name: physical_block_size shows the logical size" \
+    "$(cat "/sys/block/$b/queue/physical_block_size")" "$L"
+  is "nbd $name: minimum_io_size follows it" "$(cat "/sys/block/$b/queue/minimum_io_size")" "$L"
+  is "nbd $name: alignment_offset is 0" "$(cat "/sys/block/$b/alignment_offset")" 0
+  if [ "$A" != 0 ]; then
+    says "nbd $name: sect4k-attach says what the kernel cannot show" "$out" \
+      "cannot show: physical sector $P .*alignment offset $A"
+  elif [ "$P" != "$L" ]; then
+    says "nbd $name: sect4k-attach says what the kernel cannot show" "$out" \
+      "cannot show: physical sector $P "
+  else
+    says "nbd $name: sect4k-attach says the kernel shows it all" "$out" "shows the whole geometry"
+  fi
+  direct_io_tests "nbd $name" "$dev" "$L" "$P" "/tmp/$name.log"
+  # mke2fs takes at least the kernel's logical size (4096 on 4kn); the
+  # physical size is unknown to it here.
+  case "$name" in 4kn|512e-xp|l2048) fs_tests "nbd $name" "$dev" "$L" "$P" "$A" "$L" ;; esac
+  out=$(sect4k-attach --detach "$dev" 2>&1)
+  is "nbd $name: sect4k-attach --detach $dev" "$?:$out" "0:$dev detached"
+  is "nbd $name: $dev has size 0 after detaching" "$(cat "/sys/block/$b/size")" 0
+  stop_server
+}
+
 suite_nbd () {
   out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/none.sock' 2>&1)
   refused "sect4k-attach refuses without the nbd driver" $? "$out" "nbd driver is missing"
@@ -177,42 +302,8 @@ suite_nbd () {
   while read -r name L P A params <&3; do
     load_nbd
     # shellcheck disable=SC2086
-    start_server "$name" $PLUGIN size=$SIZE $params
-    uri="nbd+unix:///?socket=/tmp/$name.sock"
-    min=$(nbdinfo --json --no-content "$uri" | sed -n 's/.*"block_size_minimum": \([0-9]*\).*/\1/p')
-    is "nbd $name: the server advertises minimum $L" "$min" "$L"
-    out=$(sect4k-attach "$uri" 2>&1); rc=$?
-    dev=$(printf '%s\n' "$out" | head -n 1)
-    diag "$out"
-    case "$rc:$dev" in
-      0:/dev/nbd*) ok "nbd $name: sect4k-attach attached $dev" ;;
-      *) nok "nbd $name: sect4k-attach attached a device"; stop_server; unload_nbd; continue ;;
-    esac
-    b=${dev#/dev/}
-    is "nbd $name: logical_block_size is the advertised minimum" \
-      "$(cat "/sys/block/$b/queue/logical_block_size")" "$min"
-    # The nbd driver has one block size for both and no alignment offset.
-    is "nbd $name: physical_block_size shows the logical size" \
-      "$(cat "/sys/block/$b/queue/physical_block_size")" "$L"
-    is "nbd $name: minimum_io_size follows it" "$(cat "/sys/block/$b/queue/minimum_io_size")" "$L"
-    is "nbd $name: alignment_offset is 0" "$(cat "/sys/block/$b/alignment_offset")" 0
-    if [ "$A" != 0 ]; then
-      says "nbd $name: sect4k-attach says what the kernel cannot show" "$out" \
-        "cannot show: physical sector $P .*alignment offset $A"
-    elif [ "$P" != "$L" ]; then
-      says "nbd $name: sect4k-attach says what the kernel cannot show" "$out" \
-        "cannot show: physical sector $P "
-    else
-      says "nbd $name: sect4k-attach says the kernel shows it all" "$out" "shows the whole geometry"
-    fi
-    direct_io_tests "nbd $name" "$dev" "$L" "$P" "/tmp/$name.log"
-    # mke2fs takes at least the kernel's logical size (4096 on 4kn); the
-    # physical size is unknown to it here.
-    case "$name" in 4kn|512e-xp|l2048) fs_tests "nbd $name" "$dev" "$L" "$P" "$A" "$L" ;; esac
-    out=$(sect4k-attach --detach "$dev" 2>&1)
-    is "nbd $name: sect4k-attach --detach $dev" "$?:$out" "0:$dev detached"
-    is "nbd $name: $dev has size 0 after detaching" "$(cat "/sys/block/$b/size")" 0
-    stop_server
+    nbd_case "$name" "$L" "$P" "$A" $params
+    tidy "nbd $name"
     unload_nbd
   done 3< /tmp/cases
 
@@ -223,6 +314,7 @@ suite_nbd () {
   refused "nbd l8192: sect4k-attach refuses a minimum of 8192" $? "$out" "more than this kernel"
   is "nbd l8192: nbd0 stays unattached" "$(cat /sys/block/nbd0/size)" 0
   stop_server
+  tidy "nbd l8192"
   # Why sect4k-attach exists: plain nbd-client never asks for the block size.
   start_server plain $PLUGIN size=$SIZE model=4kn
   nbd-client -unix /tmp/plain.sock /dev/nbd0 >/dev/null 2>&1
@@ -232,6 +324,7 @@ suite_nbd () {
     sh -c '! /opt/bin/dd if=/dev/nbd0 of=/dev/null bs=512 count=1 iflag=direct status=none 2>/dev/null'
   nbd-client -d /dev/nbd0 >/dev/null 2>&1
   stop_server
+  tidy "plain nbd-client"
   # A server maximum below the driver's 32 MiB caps the kernel's requests.
   start_server maxreq $PLUGIN size=$SIZE model=512e max-request=64K
   out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/maxreq.sock' 2>&1)
@@ -243,6 +336,7 @@ suite_nbd () {
   check "max-request=64K: the server refused nothing" sh -c '! grep -q refused /tmp/maxreq.log'
   sect4k-attach --detach "$dev" >/dev/null 2>&1
   stop_server
+  tidy "max-request=64K"
   # The standalone server (no nbdkit) serves the kernel the same way, from
   # memory and from a file (whose I/O goes through the server's rings).
   if [ -x /opt/bin/sect4k-server ]; then
@@ -259,6 +353,7 @@ suite_nbd () {
   start_server two $PLUGIN size=$SIZE exports=512e,4kn
   two_exports "two exports of nbdkit" /tmp/two.log
   stop_server
+  tidy "two exports of nbdkit"
   if [ -x /opt/bin/sect4k-server ]; then
     unload_nbd
     load_nbd
@@ -266,14 +361,16 @@ suite_nbd () {
     sect4k-server --unix /tmp/two.sock size=$SIZE exports=512e,4kn 2>/tmp/srv2.log &
     srv_pid=$!
     two_exports "two exports of sect4k-server" ""
-    kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null
-    check "two exports of sect4k-server: the server exited cleanly" test $? = 0
+    tidy "two exports of sect4k-server" attach
+    stop_pid "$srv_pid"; srv_pid=
+    is "two exports of sect4k-server: the server exited cleanly" "$stop_rc" 0
   fi
   # nbdkit's memory plugin advertises no block sizes.
   start_server nosize memory 1M
   out=$(sect4k-attach 'nbd+unix:///?socket=/tmp/nosize.sock' 2>&1)
   refused "sect4k-attach refuses a server that advertises no block sizes" $? "$out" "advertises no block sizes"
   stop_server
+  tidy "nbd: no block sizes"
   unload_nbd
 }
 
@@ -378,9 +475,10 @@ suite_faults () {
     dd if="$dev" of=/dev/null bs=512 count=8 skip=8 iflag=direct status=none
   sect4k-attach --detach "$dev" >/dev/null 2>&1
   stop_server
+  tidy "faults 512e bad-sectors=9"
   if grep -q '^ext4 ' /proc/modules || grep -q ext4 /proc/filesystems; then
-    fs_cut none
-    fs_cut sector
+    fs_cut none; tidy "faults ext4 torn=none"
+    fs_cut sector; tidy "faults ext4 torn=sector"
   else
     diag "faults: no ext4 in this kernel: the file-system power cuts are not run"
   fi
@@ -398,6 +496,12 @@ suite_dmlog () {
     esac
   done
   if [ -z "$data" ] || [ -z "$log" ]; then nok "dmlog: the guest has the data and log disks"; return; fi
+  dmlog_case "$data" "$log"
+  tidy dmlog
+  sync
+}
+dmlog_case () {
+  data=$1 log=$2
   is "dmlog: the data disk is 512e" \
     "$(cat /sys/block/${data#/dev/}/queue/logical_block_size) $(cat /sys/block/${data#/dev/}/queue/physical_block_size)" "512 4096"
   export DM_DISABLE_UDEV=1
@@ -421,10 +525,12 @@ suite_dmlog () {
   fi
   check "dmlog: dmsetup message mark workload-done" dmsetup message s4klog 0 mark workload-done
   check "dmlog: dmsetup removes the target" dmsetup remove --noudevsync s4klog
-  sync
 }
 
-# The SCSI suites (issue 22).
+# The SCSI suites (issue 22) and untorn writes (issue 27).
 . /scsi.sh
-for s in "$@"; do "suite_$s"; done
+# sect4k-server --scsi --run and sect4k-attach --run (issue 28).
+. /captive.sh
+. /atomic.sh
+for suite in "$@"; do "suite_$suite"; tidy "$suite suite"; done
 echo "S4K: TESTS $n"
