@@ -7,8 +7,13 @@ CRASH := $(B)/sect4k-crash
 CRASH_MAN := sect4k-crash.1
 programs: $(CRASH) $(CRASH_MAN)
 
-$(CRASH): scripts/crash/crash.c $(ENGINE_LIB) $(wildcard include/sect4k/*.h) server/nbd.h
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(ENGINE_LIB) $(LDFLAGS_ALL) $(ENGINE_LIBS)
+# The files and what each holds: scripts/crash/crash.h.
+CRASH_SRCS := $(wildcard scripts/crash/*.c)
+CRASH_OBJS := $(CRASH_SRCS:%.c=$(B)/%.o)
+$(CRASH_OBJS): scripts/crash/crash.h server/nbd.h
+
+$(CRASH): $(CRASH_OBJS) $(ENGINE_LIB)
+	$(CC) $(CFLAGS_ALL) -o $@ $(CRASH_OBJS) $(ENGINE_LIB) $(LDFLAGS_ALL) $(ENGINE_LIBS)
 
 $(CRASH_MAN): scripts/crash/sect4k-crash.pod
 	pod2man --section=1 --center=sect4k --release=sect4k-$(shell sed -n 's/.*S4K_VERSION "\(.*\)"/\1/p' include/sect4k/sect4k.h) --name=sect4k-crash $< > $@

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """sect4k-crash on bad input: a truncated or corrupt log, a log of another
 geometry: one clear line, exit 2.  A checker that hangs (--timeout) or
-crashes: the report says which states were not checked and why.  Two
+crashes: the report says which states were not checked and why.  A state
+ID that tears an atomic write is refused.  Two
 runs give the same report (determinism), and --state ID reproduces a
 state byte for byte."""
 import hashlib
@@ -12,6 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import tap  # noqa: E402
+import wlogfmt  # noqa: E402
 from crashlib import toy_log, crash, valid, tmp, CRASH, TOYWAL  # noqa: E402
 
 log = toy_log("good.log", "broken", "512e", txns=2)
@@ -93,4 +95,18 @@ r4 = subprocess.run([CRASH, log, "--geometry", "512e", "--state", "0-7-k",
                      "--", "true"], capture_output=True, text=True)
 tap.ok(r4.returncode == 2 and len(r4.stderr.strip().splitlines()) == 1,
        "a bad state ID: one line: %s" % r4.stderr.strip())
+
+# An atomic write's sector is kept whole: a state ID that reverts it is
+# refused, one that keeps it is served.
+alog = os.path.join(tmp, "atomic.log")
+w = wlogfmt.LogWriter(alog, 1 << 20, 512, 4096)
+w.write(4096, b"\xa5" * 8192, atomic=True)
+w.close()
+for sid, want in (("0-1-r.k", 2), ("0-1-k*2", 0)):
+    r5 = subprocess.run([CRASH, alog, "--geometry", "512e", "--state", sid,
+                         "--", "true"], capture_output=True, text=True)
+    tap.ok(r5.returncode == want and (want == 0 or "atomic" in r5.stderr and
+                                      len(r5.stderr.strip().splitlines()) == 1),
+           "--state %s of an atomic write: exit %d %s" % (sid, r5.returncode,
+                                                       r5.stderr.strip()))
 tap.done_testing()

@@ -4,6 +4,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+
+import tap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -40,3 +43,61 @@ def valid(report):
     import jsonschema
     jsonschema.validate(report, json.load(open(SCHEMA)))
     return True
+
+
+def record(name, argv, workload, image=0):
+    """Runs a front end (argv: SOCK and LOG stand for its socket and log)
+    and the workload (argv: URI stands for the export) on it: (the log,
+    the device's first `image` bytes at the end, or None)."""
+    sock = os.path.join(tmp, name + ".sock")
+    log = os.path.join(tmp, name + ".log")
+    env = dict(os.environ, **(tap.sanitizer_env() or {}))
+    p = subprocess.Popen([a.replace("SOCK", sock).replace("LOG", log)
+                          for a in argv], env=env, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if os.path.exists(sock):
+            break
+        time.sleep(0.05)
+    uri = "nbd+unix:///?socket=" + sock
+    subprocess.run([a.replace("URI", uri) for a in workload], check=True)
+    data = None
+    if image:
+        import nbd
+        h = nbd.NBD()
+        h.connect_uri(uri)
+        data = h.pread(image, 0)
+        h.shutdown()
+    p.terminate()
+    p.wait(30)
+    return log, data
+
+
+def build_replay_log():
+    """replay-log built from $SECT4K_SHARED/replay-log or ../shared next to
+    the repository's top, or skip everything with the reason."""
+    def git(*a):
+        return subprocess.run(["git", "-C", ROOT] + list(a),
+                              capture_output=True, text=True).stdout.strip()
+    # The checkout's top, and (a git worktree) the main checkout's.
+    tops = [git("rev-parse", "--show-toplevel") or ROOT]
+    common = git("rev-parse", "--path-format=absolute", "--git-common-dir")
+    if common:
+        tops.append(os.path.dirname(common))
+    cands = ([os.environ["SECT4K_SHARED"]] if os.environ.get("SECT4K_SHARED")
+             else []) + [os.path.normpath(os.path.join(t, "..", "shared"))
+                         for t in tops]
+    src = next((os.path.join(c, "replay-log") for c in cands
+                if os.path.exists(os.path.join(c, "replay-log",
+                                               "replay-log.c"))), None)
+    if not src:
+        tap.skip_all("no replay-log sources (looked in %s)"
+                 % ", ".join(os.path.join(c, "replay-log") for c in cands))
+    exe = os.path.join(os.environ.get("SECT4K_BUILD", os.path.join(
+        ROOT, "build", "default")), "replay-log")
+    p = subprocess.run(["cc", "-O2", "-D_GNU_SOURCE", "-o", exe,
+                        os.path.join(src, "replay-log.c"),
+                        os.path.join(src, "log-writes.c")],
+                       capture_output=True, text=True)
+    if p.returncode:
+        tap.skip_all("replay-log does not build here: %s" % p.stderr.strip()[:200])
+    return exe

@@ -4,43 +4,24 @@ front ends (sect4k-server and nbdkit + the plugin): sect4k-crash finds the
 broken WAL's failure on 512e from either log, and both give the same
 states with the same results (determinism across front ends)."""
 import os
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import tap  # noqa: E402
-from crashlib import crash, tmp, TOYWAL, ROOT  # noqa: E402
+from crashlib import crash, record, TOYWAL, ROOT  # noqa: E402
 
 server = os.environ.get("SECT4K_SERVER", os.path.join(ROOT, "sect4k-server"))
 plugin = os.environ.get("SECT4K_PLUGIN", os.path.join(ROOT, "sect4k.so"))
 if not os.path.exists(server) or not os.path.exists(plugin):
     tap.skip_all("sect4k-server or the plugin is not built")
-env = dict(os.environ, **(tap.sanitizer_env() or {}))
-
-
-def record(name, argv):
-    sock = os.path.join(tmp, name + ".sock")
-    log = os.path.join(tmp, name + ".log")
-    p = subprocess.Popen([a.replace("SOCK", sock).replace("LOG", log)
-                          for a in argv], env=env, stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        if os.path.exists(sock):
-            break
-        time.sleep(0.05)
-    subprocess.run([sys.executable, TOYWAL, "workload", "broken", "3",
-                    "nbd+unix:///?socket=" + sock], check=True)
-    p.terminate()
-    p.wait(30)
-    return log
-
-
+WORKLOAD = [sys.executable, TOYWAL, "workload", "broken", "3", "URI"]
 logs = {
     "server": record("server", [server, "-U", "SOCK", "4M", "model=512e",
-                                "write-log=LOG"]),
+                                "write-log=LOG"], WORKLOAD)[0],
     "nbdkit": record("nbdkit", ["nbdkit", "-f", "-U", "SOCK", plugin,
-                                "size=4M", "model=512e", "write-log=LOG"]),
+                                "size=4M", "model=512e", "write-log=LOG"],
+                     WORKLOAD)[0],
 }
 reps = {}
 for name, log in logs.items():

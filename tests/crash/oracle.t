@@ -6,7 +6,10 @@ an interrupted write, over the durable prefix and any subset of the
 unflushed writes) is enumerated here independently, per logical sector,
 and compared with what the tool serves with --states all: every state it
 generates is allowed, and every allowed state is generated.  Garbage is
-compared as "neither a value ever written there nor zeroes"."""
+compared as "neither a value ever written there nor zeroes".  A second
+log has atomic writes (S4K_WLOG_ATOMIC, whole physical sectors as the
+engine makes them): a sector outcome is allowed only if every kept atomic
+write's LBAs hold their new values (all or nothing, whatever torn=)."""
 import itertools
 import os
 import subprocess
@@ -23,11 +26,20 @@ SIZE, L = 16384, 512
 NL = SIZE // L
 
 
-def make_log(path, physical):
+def make_log(path, physical, atomic):
     w = wlogfmt.LogWriter(path, SIZE, L, physical)
     w.write(1 * L, b"\x11" * L)
     w.write(2 * L, b"\x22" * L + b"\x23" * L)
     w.flush()
+    if atomic:
+        # one physical sector (512e) and two, a plain write inside the
+        # first after it, and one with FUA over the second
+        w.write(8 * L, bytes(range(0x80, 0x88)) * L, atomic=True)
+        w.write(10 * L, b"\xaa" * L)
+        w.write(16 * L, bytes(range(0xc0, 0xd0)) * L, atomic=True)
+        w.write(24 * L, b"\xee" * 8 * L, fua=True, atomic=True)
+        w.close()
+        return
     w.write(5 * L, b"\x55" * L)
     w.write(9 * L, b"\x99" * L, fua=True)
     w.write(10 * L, b"\xaa" * L)
@@ -51,14 +63,15 @@ def oracle(path, physical, torn):
             if early:
                 points.append((len(writes), f))
             writes.append((off // L, [data[j * L:(j + 1) * L]
-                                      for j in range(ln // L)], early))
+                                      for j in range(ln // L)], early,
+                           bool(flags & wlogfmt.ATOMIC)))
     points.append((len(writes), f))
     per = physical // L
     zero = bytes(L)
     states = set()
     for nw, f in points:
         flushed = [zero] * NL
-        for lba, d, _ in writes[:f]:
+        for lba, d, _, _ in writes[:f]:
             flushed[lba:lba + len(d)] = d
         epoch = list(range(f, nw))
         vol = [i for i in epoch if not writes[i][2]]
@@ -66,13 +79,15 @@ def oracle(path, physical, torn):
             for S in itertools.combinations(vol, r):
                 old, new = list(flushed), list(flushed)
                 for i in epoch:
-                    lba, d, early = writes[i]
+                    lba, d, early, _ = writes[i]
                     if early:
                         old[lba:lba + len(d)] = d
                     if early or i in S:
                         new[lba:lba + len(d)] = d
                 touched = sorted({(writes[i][0] + j) // per for i in S
                                   for j in range(len(writes[i][1]))})
+                whole = {writes[i][0] + j for i in S if writes[i][3]
+                         for j in range(len(writes[i][1]))}
                 choices = []
                 for p in touched:
                     lbas = range(p * per, (p + 1) * per)
@@ -91,7 +106,9 @@ def oracle(path, physical, torn):
                                          for k, x in enumerate(lbas)})
                     if torn == "zero":
                         opts.append({x: zero for x in lbas})
-                    choices.append(opts)
+                    choices.append([o for o in opts
+                                    if all(o[x] == new[x] for x in lbas
+                                           if x in whole)])
                 for combo in itertools.product(*choices):
                     img = list(old)
                     for o in combo:
@@ -99,15 +116,17 @@ def oracle(path, physical, torn):
                             img[x] = v
                     states.add(tuple(v if isinstance(v, str) else v.hex()
                                      for v in img))
-    known = {zero.hex()} | {d.hex() for _, ds, _ in writes for d in ds}
+    known = {zero.hex()} | {d.hex() for _, ds, _, _ in writes for d in ds}
     return states, known
 
 
-for geom, physical in (("512e", 4096), ("512n", 512)):
-    log = os.path.join(tmp, "oracle-%s.log" % geom)
-    make_log(log, physical)
+for (geom, physical), atomic in itertools.product(
+        (("512e", 4096), ("512n", 512)), (False, True)):
+    label = geom + (" atomic" if atomic else "")
+    log = os.path.join(tmp, "oracle-%s-%d.log" % (geom, atomic))
+    make_log(log, physical, atomic)
     for torn in ("none", "sector", "unreadable", "garbage", "zero"):
-        d = os.path.join(tmp, "%s-%s" % (geom, torn))
+        d = os.path.join(tmp, "%s-%s-%d" % (geom, torn, atomic))
         os.mkdir(d)
         r = subprocess.run([CRASH, log, "--geometry", geom, "--torn", torn,
                             "--states", "all", "--", sys.executable,
@@ -122,8 +141,8 @@ for geom, physical in (("512e", 4096), ("512n", 512)):
         n = len(os.listdir(d))
         tap.ok(r.returncode == 0 and got <= want,
                "%s torn=%s: all %d generated states are allowed (%d not)"
-               % (geom, torn, n, len(got - want)))
+               % (label, torn, n, len(got - want)))
         tap.ok(want <= got, "%s torn=%s: all %d allowed states are "
-               "generated (%d missing)" % (geom, torn, len(want),
+               "generated (%d missing)" % (label, torn, len(want),
                                             len(want - got)))
 tap.done_testing()

@@ -29,45 +29,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
-from tap import ok, diag, skip_all, done_testing, Nbdkit, need_nbd  # noqa: E402
+from tap import ok, diag, done_testing, Nbdkit, need_nbd  # noqa: E402
 from srvlib import Server, SERVER  # noqa: E402
-from crashlib import CRASH, ROOT  # noqa: E402
+from crashlib import CRASH, ROOT, build_replay_log  # noqa: E402
 
 nbd = need_nbd()
-BUILD = os.environ.get("SECT4K_BUILD", os.path.join(ROOT, "build", "default"))
 CTL = os.path.join(ROOT, "scripts", "sect4k-ctl")
 SIZE = 1 << 20
 MARK, FLUSH = 8, 1
-
-
-def build_replay_log():
-    """replay-log built from $SECT4K_SHARED/replay-log or ../shared next to
-    the repository's top, or skip everything with the reason."""
-    def git(*a):
-        return subprocess.run(["git", "-C", ROOT] + list(a),
-                              capture_output=True, text=True).stdout.strip()
-    # The checkout's top, and (a git worktree) the main checkout's.
-    tops = [git("rev-parse", "--show-toplevel") or ROOT]
-    common = git("rev-parse", "--path-format=absolute", "--git-common-dir")
-    if common:
-        tops.append(os.path.dirname(common))
-    cands = ([os.environ["SECT4K_SHARED"]] if os.environ.get("SECT4K_SHARED")
-             else []) + [os.path.normpath(os.path.join(t, "..", "shared"))
-                         for t in tops]
-    src = next((os.path.join(c, "replay-log") for c in cands
-                if os.path.exists(os.path.join(c, "replay-log",
-                                               "replay-log.c"))), None)
-    if not src:
-        skip_all("no replay-log sources (looked in %s)"
-                 % ", ".join(os.path.join(c, "replay-log") for c in cands))
-    exe = os.path.join(BUILD, "replay-log")
-    p = subprocess.run(["cc", "-O2", "-D_GNU_SOURCE", "-o", exe,
-                        os.path.join(src, "replay-log.c"),
-                        os.path.join(src, "log-writes.c")],
-                       capture_output=True, text=True)
-    if p.returncode:
-        skip_all("replay-log does not build here: %s" % p.stderr.strip()[:200])
-    return exe
 
 
 REPLAY = build_replay_log()

@@ -9,6 +9,7 @@ SECTOR = 512
 FLUSH, FUA, DISCARD, MARK, METADATA = 1, 2, 4, 8, 16
 ZERO = 1 << 16
 GEOMETRY = 1 << 17   # the old geometry entry's private bit (read, not written)
+ATOMIC = 1 << 18     # the device wrote it atomically: never torn
 
 
 class LogWriter:
@@ -31,8 +32,9 @@ class LogWriter:
             self.f.write(data)
         self.entries += 1
 
-    def write(self, off, data, fua=False):
-        self._entry(FUA if fua else 0, off, len(data), data)
+    def write(self, off, data, fua=False, atomic=False):
+        self._entry((FUA if fua else 0) | (ATOMIC if atomic else 0), off,
+                    len(data), data)
 
     def zero(self, off, length):
         self._entry(ZERO, off, length, b"\0" * length)

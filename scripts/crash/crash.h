@@ -1,0 +1,206 @@
+/* sect4k-crash's private header: the types and functions its files share
+ * (the program: crash.c's comment in main.c; the model and the options:
+ * sect4k-crash.pod).
+ *
+ *   main.c      options, --geometry, --output, main
+ *   log.c       the log: its writes and crash points
+ *   image.c     sector maps and the durable image of a crash point
+ *   state.c     a state: the kept writes, each sector's outcome, images
+ *   state-id.c  state IDs: printing and parsing them
+ *   nbd.c       the NBD server that serves a state
+ *   checker.c   running the checker while serving
+ *   report.c    the JSON report and the summary
+ *   explore.c   every state, or seeded samples, of each crash point */
+#ifndef SECT4K_CRASH_H
+#define SECT4K_CRASH_H
+
+#define _GNU_SOURCE
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sect4k/sect4k.h"
+#include "sect4k/wlog.h"
+#include "../../server/nbd.h"
+
+#define PROG "sect4k-crash"
+
+/* main.c: errors, memory, the options */
+void die (const char *fmt, ...)
+  __attribute__ ((format (printf, 1, 2), noreturn));
+void *xcalloc (size_t n, size_t size);
+void *xrealloc (void *p, size_t n);
+extern const char *log_path, *base_path, *until_mark, *state_id, *output,
+  *report_path, *geometry_arg;
+extern uint64_t states_limit;
+extern enum s4k_torn torn;
+extern uint64_t seed;
+extern double timeout_s;
+extern char **checker;
+extern const char *const torn_names[];
+
+/* log.c: the geometry, the log's writes and crash points */
+extern struct s4k_geometry g;
+extern uint32_t L, P;
+void sector_range (uint64_t k, uint64_t *s, uint64_t *e);
+
+struct wr {
+  uint64_t entry;                       /* log entry number */
+  uint64_t off, len;
+  const unsigned char *data;            /* NULL: zeroes (zero, trim) */
+  bool durable_early;                   /* FUA, zero, trim: durable when
+                                           done, as the fault layer does */
+  bool atomic;                          /* S4K_WLOG_ATOMIC: kept or dropped
+                                           whole, never torn */
+};
+extern struct wr *writes;
+
+/* A crash point: the crash comes before log entry `before`, when writes
+ * [0, nw) were done and [0, f) were flushed. */
+struct cp {
+  uint64_t before;
+  size_t f, nw;
+};
+extern struct cp *cps;
+extern size_t ncps;
+extern uint64_t log_entries;
+extern struct s4k_wlog_reader *reader;
+void read_log (void);
+
+/* image.c: sector maps (physical sector -> image), the durable image */
+struct sec {
+  uint64_t k;
+  bool unreadable;
+  unsigned char *data;                  /* the sector's bytes (end - s) */
+};
+
+struct map {
+  struct sec *slot;
+  size_t cap, n;                        /* cap: power of two */
+};
+
+size_t hash_k (uint64_t k, size_t cap);
+struct sec *map_find (const struct map *m, uint64_t k);
+struct sec *map_add (struct map *m, uint64_t k);
+void map_clear (struct map *m);
+extern int base_fd;
+extern uint64_t base_size;
+extern struct map flushed, cpmap;
+void read_flushed (uint64_t k, unsigned char *buf);
+void read_durable (uint64_t k, unsigned char *buf);
+void apply (const struct wr *w, uint64_t k, unsigned char *buf);
+uint64_t first_sector (const struct wr *w);
+uint64_t last_sector (const struct wr *w);
+void enter_cp (const struct cp *c);
+
+/* state.c: a state: which volatile writes were kept, each sector's
+ * outcome */
+enum { O_KEPT, O_REVERTED, O_TORN, O_UNREADABLE, O_GARBAGE, O_ZERO };
+extern const char outcome_char[];
+extern const char *const outcome_names[];
+
+struct outcome {
+  unsigned kind;
+  uint64_t arg;                 /* torn: the new LBAs (bit i: the sector's
+                                   i-th); garbage: from its arg-th LBA */
+};
+
+/* One touched sector of a state. */
+struct tsec {
+  uint64_t k;
+  unsigned lbas;
+  uint64_t diff;                /* bit i: old and new differ in LBA i */
+  unsigned char *old, *new, *img;
+  struct outcome o;
+  bool unreadable;
+  bool whole;                   /* a kept atomic write covers it: kept */
+};
+
+struct state {
+  size_t cpi;
+  size_t *vol;                  /* the crash point's volatile writes */
+  size_t nvol;
+  uint64_t *kept;               /* bitset over vol */
+  struct tsec *t;
+  size_t nt, tcap;
+};
+
+bool bit (const uint64_t *b, size_t i);
+size_t bitwords (size_t n);
+void state_set_cp (struct state *st, size_t cpi);
+void state_build (struct state *st);
+uint64_t n_outcomes (const struct tsec *t);
+struct outcome outcome_at (const struct tsec *t, uint64_t i);
+bool outcome_allowed (const struct tsec *t, struct outcome o);
+uint64_t mix64 (uint64_t z);
+void state_images (struct state *st);
+uint64_t state_hash (const struct state *st);
+
+/* state-id.c */
+char *state_id_of (const struct state *st);
+void state_parse (struct state *st, const char *id);
+
+/* nbd.c: the NBD server */
+extern struct state cur;                /* the state being served */
+extern struct map scratch;              /* the checker's own writes */
+extern int listen_fd;
+extern char sock_path[108];
+struct tsec *state_sector (uint64_t k);
+int read_sector (uint64_t k, unsigned char *buf);
+int handshake (int fd);
+int serve_request (int fd);
+void open_socket (void);
+
+/* checker.c: running the checker */
+enum result { R_CONSISTENT, R_FAILED, R_TIMEOUT, R_SIGNAL, R_EXEC };
+extern const char *const result_names[];
+
+struct run {
+  enum result result;
+  int status;                   /* exit status or signal */
+};
+
+/* The start of what the checker printed (stdout and stderr), for the
+ * report. */
+#define OUTPUT_MAX 2048
+extern char checker_out[OUTPUT_MAX + 1];
+extern size_t checker_out_len;
+double now_s (void);
+struct run run_checker (const char *id);
+
+/* report.c */
+struct tally {
+  uint64_t states, checked, consistent, failed, not_checked;
+};
+
+void json_str (FILE *fp, const char *s);
+char *reason_of (struct run r);
+void report_state (FILE *fp, FILE *sum, const char *id, struct run r,
+                   bool first);
+
+/* explore.c */
+extern bool is_tty;
+extern FILE *rep_fp, *sum_fp;
+extern struct tally tally;
+void progress (struct tally *t, bool final);
+void explore_cp (size_t cpi);
+
+#endif

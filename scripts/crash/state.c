@@ -1,0 +1,272 @@
+/* sect4k-crash: a state: the kept writes, each sector's outcome, the images
+ * (the files: crash.h). */
+#include "crash.h"
+
+const char outcome_char[] = "krtugz";
+const char *const outcome_names[] =
+  { "kept", "reverted", "torn", "unreadable", "garbage", "zeroed" };
+
+bool
+bit (const uint64_t *b, size_t i)
+{
+  return b[i / 64] >> (i % 64) & 1;
+}
+
+size_t
+bitwords (size_t n)
+{
+  return (n + 63) / 64 + 1;
+}
+
+static int
+cmp_u64 (const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+  return x < y ? -1 : x > y;
+}
+
+void
+state_set_cp (struct state *st, size_t cpi)
+{
+  const struct cp *c = &cps[cpi];
+  st->cpi = cpi;
+  st->nvol = 0;
+  st->vol = xrealloc (st->vol, (c->nw - c->f + 1) * sizeof *st->vol);
+  for (size_t i = c->f; i < c->nw; i++)
+    if (!writes[i].durable_early)
+      st->vol[st->nvol++] = i;
+  st->kept = xrealloc (st->kept, bitwords (st->nvol) * 8);
+  memset (st->kept, 0, bitwords (st->nvol) * 8);
+}
+
+static void
+state_free_sectors (struct state *st)
+{
+  for (size_t i = 0; i < st->nt; i++) {
+    free (st->t[i].old);
+    free (st->t[i].new);
+    free (st->t[i].img);
+  }
+  st->nt = 0;
+}
+
+/* From the kept set: the touched sectors with their old and new images
+ * (outcomes not chosen yet). */
+void
+state_build (struct state *st)
+{
+  const struct cp *c = &cps[st->cpi];
+  state_free_sectors (st);
+  uint64_t *ks = NULL;
+  size_t nk = 0, kcap = 0;
+  for (size_t v = 0; v < st->nvol; v++)
+    if (bit (st->kept, v)) {
+      const struct wr *w = &writes[st->vol[v]];
+      for (uint64_t k = first_sector (w); k <= last_sector (w); k++) {
+        if (nk == kcap)
+          ks = xrealloc (ks, (kcap = kcap ? 2 * kcap : 16) * sizeof *ks);
+        ks[nk++] = k;
+      }
+    }
+  if (nk)                       /* qsort wants a real array */
+    qsort (ks, nk, sizeof *ks, cmp_u64);
+  size_t u = 0;
+  for (size_t i = 0; i < nk; i++)
+    if (!u || ks[u - 1] != ks[i])
+      ks[u++] = ks[i];
+  if (u > st->tcap)
+    st->t = xrealloc (st->t, (st->tcap = u) * sizeof *st->t);
+  /* Which writes are applied to the new images, in log order: the
+   * epoch's durable-early ones and the kept ones. */
+  bool *in = xcalloc (c->nw - c->f + 1, 1);
+  for (size_t i = c->f; i < c->nw; i++)
+    in[i - c->f] = writes[i].durable_early;
+  for (size_t v = 0; v < st->nvol; v++)
+    if (bit (st->kept, v))
+      in[st->vol[v] - c->f] = true;
+  for (size_t i = 0; i < u; i++) {
+    struct tsec *t = &st->t[i];
+    uint64_t s, e;
+    sector_range (ks[i], &s, &e);
+    t->k = ks[i];
+    t->lbas = (e - s) / L;
+    t->old = xcalloc (1, P);
+    t->new = xcalloc (1, P);
+    t->img = xcalloc (1, P);
+    t->o = (struct outcome) { O_KEPT, 0 };
+    t->unreadable = false;
+    t->whole = false;
+    read_durable (t->k, t->old);
+    read_flushed (t->k, t->new);
+    for (size_t j = c->f; j < c->nw; j++)
+      if (in[j - c->f] && first_sector (&writes[j]) <= t->k &&
+          last_sector (&writes[j]) >= t->k) {
+        apply (&writes[j], t->k, t->new);
+        /* Reverting or tearing the sector would tear the atomic write;
+         * dropping it whole is the kept set without it. */
+        t->whole |= writes[j].atomic && !writes[j].durable_early;
+      }
+    t->diff = 0;
+    for (unsigned l = 0; l < t->lbas && l < 64; l++)
+      if (memcmp (t->old + (uint64_t) l * L, t->new + (uint64_t) l * L, L))
+        t->diff |= 1ULL << l;
+  }
+  st->nt = u;
+  free (in);
+  free (ks);
+}
+
+/* How many outcomes the policy allows sector t (those that give distinct
+ * images): kept and reverted, and what an interrupted write leaves.
+ * Matches lib/fault.c's cut_locked: a torn mix needs two logical sectors
+ * (so does unreadable, its variant); garbage and zero do not. */
+static uint64_t
+n_torn_masks (const struct tsec *t)
+{
+  const int d = __builtin_popcountll (t->diff);
+  if (t->lbas < 2 || d < 2)
+    return 0;
+  return d >= 63 ? UINT64_MAX / 4 : (1ULL << d) - 2;
+}
+
+uint64_t
+n_outcomes (const struct tsec *t)
+{
+  if (t->whole)
+    return 1;
+  uint64_t n = t->diff ? 2 : 1;         /* kept (= reverted if equal) */
+  switch (torn) {
+  case S4K_TORN_NONE: break;
+  case S4K_TORN_SECTOR: n += n_torn_masks (t); break;
+  case S4K_TORN_UNREADABLE: n += t->lbas > 1; break;
+  case S4K_TORN_GARBAGE: n += t->lbas; break;
+  case S4K_TORN_ZERO: n += 1; break;
+  }
+  return n;
+}
+
+/* The j-th set bit pattern: the j-th (1-based, skipping 0) subset of the
+ * bits of mask, by pdep. */
+static uint64_t
+deposit (uint64_t x, uint64_t mask)
+{
+  uint64_t r = 0;
+  for (uint64_t b = 1; mask; b <<= 1) {
+    uint64_t low = mask & -mask;
+    if (x & b)
+      r |= low;
+    mask &= mask - 1;
+  }
+  return r;
+}
+
+struct outcome
+outcome_at (const struct tsec *t, uint64_t i)
+{
+  if (i == 0)
+    return (struct outcome) { O_KEPT, 0 };
+  if (t->diff && i == 1)
+    return (struct outcome) { O_REVERTED, 0 };
+  i -= t->diff ? 2 : 1;
+  switch (torn) {
+  case S4K_TORN_SECTOR:
+    return (struct outcome) { O_TORN, deposit (i + 1, t->diff) };
+  case S4K_TORN_UNREADABLE:
+    return (struct outcome) { O_UNREADABLE, 0 };
+  case S4K_TORN_GARBAGE:
+    return (struct outcome) { O_GARBAGE, i };
+  default:
+    return (struct outcome) { O_ZERO, 0 };
+  }
+}
+
+bool
+outcome_allowed (const struct tsec *t, struct outcome o)
+{
+  if (t->whole)
+    return o.kind == O_KEPT;
+  switch (o.kind) {
+  case O_KEPT: return true;
+  case O_REVERTED: return true;
+  case O_TORN:
+    return torn == S4K_TORN_SECTOR && n_torn_masks (t) &&
+           (o.arg & ~t->diff) == 0 && o.arg && o.arg != t->diff;
+  case O_UNREADABLE: return torn == S4K_TORN_UNREADABLE && t->lbas > 1;
+  case O_GARBAGE: return torn == S4K_TORN_GARBAGE && o.arg < t->lbas;
+  case O_ZERO: return torn == S4K_TORN_ZERO;
+  }
+  return false;
+}
+
+uint64_t
+mix64 (uint64_t z)
+{
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+/* The sector's bytes for its outcome.  Garbage's random bytes depend on
+ * the crash point, the sector and where they start only, so a state ID
+ * alone gives the same bytes. */
+void
+state_images (struct state *st)
+{
+  for (size_t i = 0; i < st->nt; i++) {
+    struct tsec *t = &st->t[i];
+    uint64_t s, e;
+    sector_range (t->k, &s, &e);
+    const uint64_t n = e - s;
+    t->unreadable = false;
+    switch (t->o.kind) {
+    case O_KEPT: memcpy (t->img, t->new, n); break;
+    case O_REVERTED: memcpy (t->img, t->old, n); break;
+    case O_TORN:
+      for (unsigned l = 0; l < t->lbas; l++)
+        memcpy (t->img + (uint64_t) l * L,
+                (l < 64 && (t->o.arg >> l & 1) ? t->new : t->old)
+                + (uint64_t) l * L, L);
+      break;
+    case O_UNREADABLE:
+      memcpy (t->img, t->old, n);
+      t->unreadable = true;
+      break;
+    case O_GARBAGE: {
+      const uint64_t from = t->o.arg * L;
+      memcpy (t->img, t->new, from);
+      uint64_t x = mix64 (st->cpi * 0x100000001B3ULL ^ mix64 (t->k) ^ from);
+      for (uint64_t b = from; b < n; b += 8) {
+        x = mix64 (x);
+        memcpy (t->img + b, &x, n - b < 8 ? n - b : 8);
+      }
+      break;
+    }
+    case O_ZERO: memset (t->img, 0, n); break;
+    }
+  }
+}
+
+/* What the checker sees differing from the durable image, hashed: two
+ * choices that give the same device are one state. */
+uint64_t
+state_hash (const struct state *st)
+{
+  uint64_t h = 0x12345;
+  for (size_t i = 0; i < st->nt; i++) {
+    const struct tsec *t = &st->t[i];
+    uint64_t s, e;
+    sector_range (t->k, &s, &e);
+    if (!t->unreadable && memcmp (t->img, t->old, e - s) == 0)
+      continue;
+    h = mix64 (h ^ t->k) ^ t->unreadable;
+    for (uint64_t b = 0; b + 8 <= e - s; b += 8) {
+      uint64_t x;
+      memcpy (&x, t->img + b, 8);
+      h = (h ^ x) * 0x100000001B3ULL;
+    }
+    h = mix64 (h);
+  }
+  return h;
+}
+
