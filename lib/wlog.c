@@ -24,7 +24,7 @@
 #define GEOMETRY_PREFIX S4K_WLOG_GEOMETRY_PREFIX
 #define KNOWN_FLAGS (S4K_WLOG_FLUSH | S4K_WLOG_FUA | S4K_WLOG_DISCARD |     \
                      S4K_WLOG_MARK | S4K_WLOG_METADATA | S4K_WLOG_ZERO |    \
-                     S4K_WLOG_GEOMETRY)
+                     S4K_WLOG_GEOMETRY | S4K_WLOG_ATOMIC)
 
 static void
 put64 (unsigned char *p, uint64_t v)
