@@ -1,6 +1,6 @@
 /* Untorn (atomic) writes (issue 27): the keys, their limits, and which
  * writes fit them.  How the device keeps a fitting write whole is in
- * dev.c (locks), the memory store (reads) and the fault layer (cuts);
+ * dev_plan.h (locks), the memory store (reads) and the fault layer (cuts);
  * README "Atomic writes". */
 #include <inttypes.h>
 #include <stdio.h>

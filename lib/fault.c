@@ -70,14 +70,14 @@ fault_read (struct s4k_store *s, const struct s4k_io *io, unsigned n)
     r = -EIO;
   else if (f->bad.n)
     for (unsigned i = 0; i < n; i++)
-      if (bad_any (&f->bad, sector_of (f, io[i].off),
-                   sector_of (f, io[i].off + io[i].len - 1))) {
+      if (fault_bad_any (&f->bad, sector_of (f, io[i].off),
+                         sector_of (f, io[i].off + io[i].len - 1))) {
         fault_tally.bad_sector_hit = true;
         r = -EIO;
         break;
       }
   if (r == 0)
-    r = read_cached (f, io, n);
+    r = fault_read_cached (f, io, n);
   pthread_mutex_unlock (&f->m);
   return r;
 }
@@ -96,30 +96,30 @@ write_any (struct s4k_store *s, const struct s4k_io *io, unsigned n,
   else if (f->cfg.power_cut_after && ++f->writes == f->cfg.power_cut_after) {
     /* In flight at the cut: at risk like unflushed data, and never
      * answered with success. */
-    r = stage (f, io, n, atomic);
+    r = fault_stage (f, io, n, atomic);
     if (r == 0)
-      cut_locked (f, f->cfg.torn, "power-cut-after", NULL);
+      fault_cut_locked (f, f->cfg.torn, "power-cut-after", NULL);
     r = -EIO;
     cut = true;
   }
   else if (f->cfg.write_cache && !fua) {
-    r = stage (f, io, n, atomic);
+    r = fault_stage (f, io, n, atomic);
     while (r == 0 && f->dirty_bytes > f->cfg.write_cache_size)
-      r = destage (f, f->oldest);
+      r = fault_destage (f, f->oldest);
   }
   else {
     /* FUA: durable now, newer than anything dirty for these sectors. */
     for (unsigned i = 0; i < n && r == 0; i++)
       if ((r = settle (f, io[i].len, io[i].off)) == 0)
-        drop_range (f, io[i].len, io[i].off);
+        fault_drop_range (f, io[i].len, io[i].off);
     if (r == 0)
       r = f->inner->ops->write (f->inner, io, n, fua);
   }
   for (unsigned i = 0; i < n && r == 0; i++)
-    r = clear_bad (f, io[i].len, io[i].off);
+    r = fault_clear_bad (f, io[i].len, io[i].off);
   pthread_mutex_unlock (&f->m);
   if (cut)
-    after_cut (f);
+    fault_after_cut (f);
   return r;
 }
 
@@ -131,7 +131,7 @@ fault_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
 }
 
 /* Without the cache the write reaches the store under the mutex, all of
- * it before a cut can run; with it, stage keeps it one unit. */
+ * it before a cut can run; with it, fault_stage keeps it one unit. */
 static int
 fault_write_atomic (struct s4k_store *s, const struct s4k_io *io,
                     unsigned n, bool fua)
@@ -147,10 +147,10 @@ fault_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
   int r = -EIO;
   pthread_mutex_lock (&f->m);
   if (!stale (f) && (r = settle (f, len, off)) == 0) {
-    drop_range (f, len, off);
+    fault_drop_range (f, len, off);
     r = f->inner->ops->zero (f->inner, len, off, may_trim, fua);
     if (r == 0)
-      r = clear_bad (f, len, off);
+      r = fault_clear_bad (f, len, off);
   }
   pthread_mutex_unlock (&f->m);
   return r;
@@ -163,10 +163,10 @@ fault_trim (struct s4k_store *s, uint64_t len, uint64_t off, bool fua)
   int r = -EIO;
   pthread_mutex_lock (&f->m);
   if (!stale (f) && (r = settle (f, len, off)) == 0) {
-    drop_range (f, len, off);
+    fault_drop_range (f, len, off);
     r = f->inner->ops->trim (f->inner, len, off, fua);
     if (r == 0)
-      r = clear_bad (f, len, off);
+      r = fault_clear_bad (f, len, off);
   }
   pthread_mutex_unlock (&f->m);
   return r;
@@ -177,7 +177,7 @@ fault_flush (struct s4k_store *s)
 {
   struct s4k_fault *f = (struct s4k_fault *) s;
   pthread_mutex_lock (&f->m);
-  int r = stale (f) ? -EIO : flush_locked (f);
+  int r = stale (f) ? -EIO : fault_flush_locked (f);
   pthread_mutex_unlock (&f->m);
   return r;
 }
@@ -223,7 +223,7 @@ fault_close (struct s4k_store *s)
   struct s4k_fault *f = (struct s4k_fault *) s;
   control_close (f->control);   /* open if the layer failed to start */
   /* A clean shutdown is not a power cut: the cache is written back. */
-  int r = flush_locked (f);
+  int r = fault_flush_locked (f);
   if (f->dirty_sectors)
     fprintf (stderr, "sect4k: writing the write cache back at close: %s: "
              "%" PRIu64 " dirty bytes lost\n", s4k_strerror (-r),
@@ -259,8 +259,8 @@ add_lbas (void *opaque, uint64_t first, uint64_t last)
   const uint64_t lbas = f->g.size / f->g.logical;
   if (last >= lbas)
     return -ERANGE;
-  return bad_add (&f->bad, sector_of (f, first * f->g.logical),
-                  sector_of (f, last * f->g.logical));
+  return fault_bad_add (&f->bad, sector_of (f, first * f->g.logical),
+                        sector_of (f, last * f->g.logical));
 }
 
 struct s4k_store *
@@ -352,7 +352,7 @@ s4k_dev_fault_status (struct s4k_dev *d, FILE *fp)
            "\nbad-sectors=%" PRIu64 "\ntorn=%s\nseed=%" PRIu64
            "\npower-cuts=%u\n",
            f->cfg.write_cache ? "true" : "false", f->cfg.write_cache_size,
-           f->dirty_bytes, f->dirty_sectors, bad, torn_names[f->cfg.torn],
-           f->seed, atomic_load (&f->cuts));
+           f->dirty_bytes, f->dirty_sectors, bad,
+           fault_torn_names[f->cfg.torn], f->seed, atomic_load (&f->cuts));
   pthread_mutex_unlock (&f->m);
 }

@@ -29,7 +29,7 @@ bad_find (const struct badset *b, uint64_t k)
 }
 
 bool
-bad_any (const struct badset *b, uint64_t first, uint64_t last)
+fault_bad_any (const struct badset *b, uint64_t first, uint64_t last)
 {
   size_t i = bad_find (b, first);
   return i < b->n && b->r[i].first <= last;
@@ -52,7 +52,7 @@ bad_reserve (struct badset *b, size_t n)
 }
 
 int
-bad_add (struct badset *b, uint64_t first, uint64_t last)
+fault_bad_add (struct badset *b, uint64_t first, uint64_t last)
 {
   /* Merge every run overlapping or adjacent to [first, last]. */
   size_t i = bad_find (b, first ? first - 1 : 0), j = i;
@@ -79,7 +79,7 @@ bad_add (struct badset *b, uint64_t first, uint64_t last)
 
 /* Returns how many sectors were bad, or -ENOMEM. */
 int64_t
-bad_remove (struct badset *b, uint64_t first, uint64_t last)
+fault_bad_remove (struct badset *b, uint64_t first, uint64_t last)
 {
   int64_t removed = 0;
   size_t i = bad_find (b, first);
@@ -112,12 +112,12 @@ bad_remove (struct badset *b, uint64_t first, uint64_t last)
 
 /* Counts repaired sectors for the statistics. */
 int
-clear_bad (struct s4k_fault *f, uint64_t len, uint64_t off)
+fault_clear_bad (struct s4k_fault *f, uint64_t len, uint64_t off)
 {
   if (!f->bad.n)
     return 0;
-  int64_t n = bad_remove (&f->bad, sector_of (f, off),
-                          sector_of (f, off + len - 1));
+  int64_t n = fault_bad_remove (&f->bad, sector_of (f, off),
+                                sector_of (f, off + len - 1));
   if (n < 0)
     return n;
   fault_tally.bad_sectors_cleared += n;
@@ -146,8 +146,8 @@ bad_change (struct s4k_dev *d, uint64_t first, uint64_t last, bool add,
   const uint64_t a = sector_of (f, first * f->g.logical),
                  b = sector_of (f, last * f->g.logical);
   pthread_mutex_lock (&f->m);
-  int r = add ? bad_add (&f->bad, a, b)
-              : bad_remove (&f->bad, a, b) < 0 ? -ENOMEM : 0;
+  int r = add ? fault_bad_add (&f->bad, a, b)
+              : fault_bad_remove (&f->bad, a, b) < 0 ? -ENOMEM : 0;
   pthread_mutex_unlock (&f->m);
   if (r)
     snprintf (err, errlen, "out of memory");

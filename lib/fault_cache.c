@@ -15,7 +15,7 @@ slot (struct s4k_fault *f, uint64_t k)
 }
 
 struct entry *
-lookup (struct s4k_fault *f, uint64_t k)
+fault_lookup (struct s4k_fault *f, uint64_t k)
 {
   for (struct entry *e = *slot (f, k); e; e = e->hnext)
     if (e->k == k)
@@ -24,7 +24,7 @@ lookup (struct s4k_fault *f, uint64_t k)
 }
 
 void
-drop (struct s4k_fault *f, struct entry *e)
+fault_drop (struct s4k_fault *f, struct entry *e)
 {
   struct entry **p = slot (f, e->k);
   while (*p != e)
@@ -48,19 +48,19 @@ drop (struct s4k_fault *f, struct entry *e)
 
 /* Drops the dirty sectors in [off, off+len) (whole sectors). */
 void
-drop_range (struct s4k_fault *f, uint64_t len, uint64_t off)
+fault_drop_range (struct s4k_fault *f, uint64_t len, uint64_t off)
 {
   if (!f->dirty_sectors)
     return;
   for (uint64_t k = sector_of (f, off), last = sector_of (f, off + len - 1);
        k <= last; k++) {
-    struct entry *e = lookup (f, k);
+    struct entry *e = fault_lookup (f, k);
     if (e)
-      drop (f, e);
+      fault_drop (f, e);
   }
 }
 
-/* Puts a piece's sectors in the table as dirty.  Inline: stage's loop
+/* Puts a piece's sectors in the table as dirty.  Inline: fault_stage's loop
  * is every cached write's path. */
 static inline __attribute__ ((always_inline)) int
 stage_piece (struct s4k_fault *f, const struct s4k_io *io)
@@ -70,7 +70,7 @@ stage_piece (struct s4k_fault *f, const struct s4k_io *io)
        last = sector_of (f, io->off + io->len - 1); k <= last; k++) {
     uint64_t s, end;
     s4k_sector_range (&f->g, k, &s, &end);
-    struct entry *e = lookup (f, k);
+    struct entry *e = fault_lookup (f, k);
     if (!e) {
       if (!(e = malloc (sizeof *e + (end - s))))
         return -ENOMEM;
@@ -93,7 +93,7 @@ stage_piece (struct s4k_fault *f, const struct s4k_io *io)
   return 0;
 }
 
-/* stage with atomic units about: an atomic write takes in the units
+/* fault_stage with atomic units about: an atomic write takes in the units
  * that lie within its sectors (kept, it leaves them overwritten;
  * dropped, it takes them along: both are what a drive may do with two
  * unflushed writes), and settles those that stick out; a plain write
@@ -107,7 +107,7 @@ stage_units (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
   const uint64_t last = sector_of (f, io[n - 1].off + io[n - 1].len - 1);
   int r = 0;
   for (uint64_t k = first; r == 0 && k <= last && f->atomic_sectors; k++) {
-    struct entry *e = lookup (f, k);
+    struct entry *e = fault_lookup (f, k);
     if (!e || !e->atomic)
       continue;
     if (atomic && e->gfirst >= first && e->glast <= last) {
@@ -115,12 +115,12 @@ stage_units (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
       f->atomic_sectors--;
     }
     else
-      r = destage (f, e);
+      r = fault_destage (f, e);
   }
   for (unsigned i = 0; i < n && r == 0; i++)
     r = stage_piece (f, &io[i]);
   for (uint64_t k = first; atomic && r == 0 && k <= last; k++) {
-    struct entry *e = lookup (f, k);
+    struct entry *e = fault_lookup (f, k);
     e->atomic = true;
     e->gfirst = first;
     e->glast = last;
@@ -130,8 +130,8 @@ stage_units (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
 }
 
 int
-stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
-       bool atomic)
+fault_stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
+             bool atomic)
 {
   if (__builtin_expect (atomic || f->atomic_sectors, 0))
     return stage_units (f, io, n, atomic);
@@ -150,39 +150,39 @@ destage_one (struct s4k_fault *f, struct entry *e)
   const struct s4k_io io = { e->data, end - s, s };
   int r = f->inner->ops->write (f->inner, &io, 1, false);
   if (r == 0)
-    drop (f, e);
+    fault_drop (f, e);
   return r;
 }
 
 /* An atomic unit goes whole: the cut cannot come between its sectors
  * (the layer's mutex is held). */
 int
-destage (struct s4k_fault *f, struct entry *e)
+fault_destage (struct s4k_fault *f, struct entry *e)
 {
   if (!e->atomic)
     return destage_one (f, e);
   int r = 0;
   for (uint64_t k = e->gfirst, last = e->glast; r == 0 && k <= last; k++)
-    r = destage_one (f, lookup (f, k));
+    r = destage_one (f, fault_lookup (f, k));
   return r;
 }
 
 int
-settle_units (struct s4k_fault *f, uint64_t len, uint64_t off)
+fault_settle_units (struct s4k_fault *f, uint64_t len, uint64_t off)
 {
   int r = 0;
   for (uint64_t k = sector_of (f, off), last = sector_of (f, off + len - 1);
        r == 0 && k <= last; k++) {
-    struct entry *e = lookup (f, k);
+    struct entry *e = fault_lookup (f, k);
     if (e && e->atomic)
-      r = destage (f, e);
+      r = fault_destage (f, e);
   }
   return r;
 }
 
 /* Dirty sectors from the cache, runs of the others from the store. */
 int
-read_cached (struct s4k_fault *f, const struct s4k_io *io, unsigned n)
+fault_read_cached (struct s4k_fault *f, const struct s4k_io *io, unsigned n)
 {
   if (!f->dirty_sectors)
     return f->inner->ops->read (f->inner, io, n);
@@ -192,7 +192,7 @@ read_cached (struct s4k_fault *f, const struct s4k_io *io, unsigned n)
     for (uint64_t k = sector_of (f, io[i].off),
          last = sector_of (f, io[i].off + io[i].len - 1); k <= last; k++) {
       s4k_sector_range (&f->g, k, &st, &end);
-      struct entry *e = lookup (f, k);
+      struct entry *e = fault_lookup (f, k);
       if (!e)
         continue;
       if (run < st) {
@@ -216,10 +216,10 @@ read_cached (struct s4k_fault *f, const struct s4k_io *io, unsigned n)
 }
 
 int
-flush_locked (struct s4k_fault *f)
+fault_flush_locked (struct s4k_fault *f)
 {
   int r = 0;
   while (r == 0 && f->oldest)
-    r = destage (f, f->oldest);
+    r = fault_destage (f, f->oldest);
   return r ? r : f->inner->ops->flush (f->inner);
 }

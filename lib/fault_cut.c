@@ -32,7 +32,7 @@ prng_below (struct s4k_fault *f, unsigned n)
 
 /* ---- power cut --------------------------------------------------------- */
 
-const char *const torn_names[] =
+const char *const fault_torn_names[] =
   { "none", "sector", "unreadable", "garbage", "zero" };
 
 /* An atomic unit's outcome: kept or reverted, every sector alike, as
@@ -61,21 +61,21 @@ cut_unit (struct s4k_fault *f, struct entry *e, enum s4k_torn torn,
     *sep = ",";
   }
   if (kept) {
-    int r = destage (f, e);
+    int r = fault_destage (f, e);
     if (r == 0 && f->bad.n)
-      r = bad_remove (&f->bad, first, last) < 0 ? -ENOMEM : 0;
+      r = fault_bad_remove (&f->bad, first, last) < 0 ? -ENOMEM : 0;
     return r;
   }
   for (uint64_t k = first; k <= last; k++)
-    drop (f, lookup (f, k));
+    fault_drop (f, fault_lookup (f, k));
   return 0;
 }
 
 /* Gives every dirty sector its outcome, oldest first, and reports it.
  * Called with the mutex held. */
 int
-cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
-            char **report)
+fault_cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
+                  char **report)
 {
   const uint32_t L = f->g.logical;
   char *rep = NULL, *urep = NULL;
@@ -105,8 +105,8 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
            "\"%s\", \"torn\": \"%s\", \"seed\": %" PRIu64 ",\n"
            " \"geometry\": {\"size\": %" PRIu64 ", \"logical\": %" PRIu32
            ", \"physical\": %" PRIu32 ", \"alignment_offset\": %" PRIu32
-           "},\n \"sectors\": [", cut, trigger, torn_names[torn], f->seed,
-           f->g.size, L, f->g.physical, f->g.alignment);
+           "},\n \"sectors\": [", cut, trigger, fault_torn_names[torn],
+           f->seed, f->g.size, L, f->g.physical, f->g.alignment);
   const char *sep = "";
   while (f->oldest) {
     struct entry *e = f->oldest;
@@ -175,7 +175,7 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
         r = f->inner->ops->write (f->inner, &io, 1, false);
       }
       if (r == 0 && o == UNREADABLE)
-        r = bad_add (&f->bad, e->k, e->k);
+        r = fault_bad_add (&f->bad, e->k, e->k);
     }
     else if (o == GARBAGE || o == ZEROED) {
       /* What the interrupted write left, read back without an error. */
@@ -190,14 +190,14 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
         memset (old, 0, end - s);
       r = f->inner->ops->write (f->inner, &io, 1, false);
     }
-    const uint64_t k = e->k;    /* destage and drop free e */
+    const uint64_t k = e->k;    /* fault_destage and fault_drop free e */
     if (o == KEPT)
-      r = destage (f, e);
+      r = fault_destage (f, e);
     else
-      drop (f, e);
+      fault_drop (f, e);
     /* Written whole, and it reads back without an error. */
     if (r == 0 && f->bad.n && (o == KEPT || o == GARBAGE || o == ZEROED))
-      r = bad_remove (&f->bad, k, k) < 0 ? -ENOMEM : 0;
+      r = fault_bad_remove (&f->bad, k, k) < 0 ? -ENOMEM : 0;
     if (r)
       break;
   }
@@ -212,7 +212,7 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
   free (urep);
   /* Whatever failed, the power is off: nothing unflushed survives. */
   while (f->oldest)
-    drop (f, f->oldest);
+    fault_drop (f, f->oldest);
   if (r == 0)
     r = f->inner->ops->flush (f->inner);
   atomic_fetch_add (&f->cuts, 1);
@@ -242,7 +242,7 @@ cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
 }
 
 void
-after_cut (struct s4k_fault *f)
+fault_after_cut (struct s4k_fault *f)
 {
   if (f->on_cut)
     f->on_cut (f->on_cut_opaque);
@@ -259,10 +259,10 @@ s4k_dev_power_cut (struct s4k_dev *d, int torn, char **report)
   if (!f)
     return -ENOTSUP;
   pthread_mutex_lock (&f->m);
-  int r = cut_locked (f, torn < 0 ? f->cfg.torn : (enum s4k_torn) torn,
-                      "control", report);
+  int r = fault_cut_locked (f, torn < 0 ? f->cfg.torn : (enum s4k_torn) torn,
+                            "control", report);
   pthread_mutex_unlock (&f->m);
-  after_cut (f);
+  fault_after_cut (f);
   return r;
 }
 

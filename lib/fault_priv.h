@@ -8,7 +8,7 @@
  *   fault_cut.c    the power cut: outcomes, the cut report, the run-time
  *                  calls.
  * The layer's mutex (m) serializes them: what is declared here runs with
- * it held (or before the layer is shared), except after_cut and
+ * it held (or before the layer is shared), except fault_after_cut and
  * sector_of. */
 #ifndef S4K_FAULT_PRIV_H
 #define S4K_FAULT_PRIV_H
@@ -79,49 +79,50 @@ sector_of (const struct s4k_fault *f, uint64_t off)
 
 /* ---- fault_bad.c ------------------------------------------------------- */
 
-bool bad_any (const struct badset *b, uint64_t first, uint64_t last);
-int bad_add (struct badset *b, uint64_t first, uint64_t last);
+bool fault_bad_any (const struct badset *b, uint64_t first, uint64_t last);
+int fault_bad_add (struct badset *b, uint64_t first, uint64_t last);
 /* Returns how many sectors were bad, or -ENOMEM. */
-int64_t bad_remove (struct badset *b, uint64_t first, uint64_t last);
+int64_t fault_bad_remove (struct badset *b, uint64_t first, uint64_t last);
 /* A write of [off, off+len) made its bad sectors good again; counts them
  * for the statistics. */
-int clear_bad (struct s4k_fault *f, uint64_t len, uint64_t off);
+int fault_clear_bad (struct s4k_fault *f, uint64_t len, uint64_t off);
 
 /* ---- fault_cache.c ----------------------------------------------------- */
 
 /* The dirty sector k, or NULL. */
-struct entry *lookup (struct s4k_fault *f, uint64_t k);
+struct entry *fault_lookup (struct s4k_fault *f, uint64_t k);
 /* Forgets a dirty sector (and frees it). */
-void drop (struct s4k_fault *f, struct entry *e);
+void fault_drop (struct s4k_fault *f, struct entry *e);
 /* Drops the dirty sectors in [off, off+len) (whole sectors). */
-void drop_range (struct s4k_fault *f, uint64_t len, uint64_t off);
+void fault_drop_range (struct s4k_fault *f, uint64_t len, uint64_t off);
 /* Puts a write's sectors in the table as dirty (atomic: as one unit). */
-int stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
-           bool atomic);
+int fault_stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
+                 bool atomic);
 /* Makes a dirty sector durable (with its atomic unit, if it has one). */
-int destage (struct s4k_fault *f, struct entry *e);
+int fault_destage (struct s4k_fault *f, struct entry *e);
 /* Makes the atomic units among the dirty sectors of [off, off+len)
  * durable, before a request changes part of them. */
-int settle_units (struct s4k_fault *f, uint64_t len, uint64_t off);
+int fault_settle_units (struct s4k_fault *f, uint64_t len, uint64_t off);
 static inline int
 settle (struct s4k_fault *f, uint64_t len, uint64_t off)
 {
-  return f->atomic_sectors ? settle_units (f, len, off) : 0;
+  return f->atomic_sectors ? fault_settle_units (f, len, off) : 0;
 }
 /* Dirty sectors from the cache, runs of the others from the store. */
-int read_cached (struct s4k_fault *f, const struct s4k_io *io, unsigned n);
+int fault_read_cached (struct s4k_fault *f, const struct s4k_io *io,
+                       unsigned n);
 /* Writes the whole cache back, then flushes the store. */
-int flush_locked (struct s4k_fault *f);
+int fault_flush_locked (struct s4k_fault *f);
 
 /* ---- fault_cut.c ------------------------------------------------------- */
 
 /* The torn= policies' names, by enum s4k_torn. */
-extern const char *const torn_names[];
+extern const char *const fault_torn_names[];
 /* Gives every dirty sector its outcome, oldest first, and reports it
  * (*report, if report is not NULL). */
-int cut_locked (struct s4k_fault *f, enum s4k_torn torn, const char *trigger,
-                char **report);
+int fault_cut_locked (struct s4k_fault *f, enum s4k_torn torn,
+                      const char *trigger, char **report);
 /* After a cut, without the mutex: the device's on-cut callback. */
-void after_cut (struct s4k_fault *f);
+void fault_after_cut (struct s4k_fault *f);
 
 #endif

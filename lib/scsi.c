@@ -166,7 +166,7 @@ s4k_scsi_unit_attention (struct s4k_scsi_lun *lun, uint8_t asc, uint8_t ascq)
 /* Data-in of a command that completes here: n bytes of buf, cut to the
  * allocation length and to the caller's buffer. */
 unsigned
-data_in (struct ctx *x, const void *buf, size_t n, uint64_t alloc)
+scsi_data_in (struct ctx *x, const void *buf, size_t n, uint64_t alloc)
 {
   if (n > alloc)
     n = alloc;
@@ -175,12 +175,12 @@ data_in (struct ctx *x, const void *buf, size_t n, uint64_t alloc)
   if (n)
     memcpy (x->data, buf, n);
   x->cmd->data_in_len = n;
-  return good (x->cmd);
+  return scsi_good (x->cmd);
 }
 
 /* Operations the command owns: its inline pair, else an array. */
 struct s4k_scsi_op *
-ops_alloc (struct s4k_scsi_cmd *cmd, size_t n)
+scsi_ops_alloc (struct s4k_scsi_cmd *cmd, size_t n)
 {
   struct s4k_scsi_op *ops = cmd->priv.inline_ops;
   if (n > sizeof cmd->priv.inline_ops / sizeof cmd->priv.inline_ops[0]) {
@@ -197,10 +197,10 @@ ops_alloc (struct s4k_scsi_cmd *cmd, size_t n)
 }
 
 unsigned
-one_op (struct s4k_scsi_cmd *cmd, enum s4k_scsi_op_kind kind, void *buf,
-        uint64_t len, uint64_t off, unsigned flags)
+scsi_one_op (struct s4k_scsi_cmd *cmd, enum s4k_scsi_op_kind kind, void *buf,
+             uint64_t len, uint64_t off, unsigned flags)
 {
-  struct s4k_scsi_op *op = ops_alloc (cmd, 1);
+  struct s4k_scsi_op *op = scsi_ops_alloc (cmd, 1);
   op->kind = kind;
   op->buf = buf;
   op->len = len;
@@ -215,61 +215,61 @@ static unsigned cmd_rsoc (struct ctx *x);
 
 #define C6 { 0xff, 0xff, 0xff, 0xff, 0xff, 0 }
 static const struct command commands[] = {
-  { 0x00, -1, 6, false, "TEST UNIT READY", cmd_test_unit_ready,
+  { 0x00, -1, 6, false, "TEST UNIT READY", scsi_cmd_test_unit_ready,
     { 0xff, 0, 0, 0, 0, 0 } },
-  { 0x03, -1, 6, true, "REQUEST SENSE", cmd_request_sense,
+  { 0x03, -1, 6, true, "REQUEST SENSE", scsi_cmd_request_sense,
     { 0xff, 0, 0, 0, 0xff, 0 } },
-  { 0x08, -1, 6, false, "READ(6)", cmd_rw6, { 0xff, 0x1f, 0xff, 0xff, 0xff, 0 } },
-  { 0x0a, -1, 6, false, "WRITE(6)", cmd_rw6, { 0xff, 0x1f, 0xff, 0xff, 0xff, 0 } },
-  { 0x12, -1, 6, true, "INQUIRY", cmd_inquiry, { 0xff, 0x01, 0xff, 0xff, 0xff, 0 } },
-  { 0x15, -1, 6, false, "MODE SELECT(6)", cmd_mode_select6,
+  { 0x08, -1, 6, false, "READ(6)", scsi_cmd_rw6, { 0xff, 0x1f, 0xff, 0xff, 0xff, 0 } },
+  { 0x0a, -1, 6, false, "WRITE(6)", scsi_cmd_rw6, { 0xff, 0x1f, 0xff, 0xff, 0xff, 0 } },
+  { 0x12, -1, 6, true, "INQUIRY", scsi_cmd_inquiry, { 0xff, 0x01, 0xff, 0xff, 0xff, 0 } },
+  { 0x15, -1, 6, false, "MODE SELECT(6)", scsi_cmd_mode_select6,
     { 0xff, 0x10, 0, 0, 0xff, 0 } },
-  { 0x1a, -1, 6, false, "MODE SENSE(6)", cmd_mode_sense6,
+  { 0x1a, -1, 6, false, "MODE SENSE(6)", scsi_cmd_mode_sense6,
     { 0xff, 0x08, 0xff, 0xff, 0xff, 0 } },
-  { 0x1b, -1, 6, false, "START STOP UNIT", cmd_start_stop_unit,
+  { 0x1b, -1, 6, false, "START STOP UNIT", scsi_cmd_start_stop_unit,
     { 0xff, 0x01, 0, 0x0f, 0xf7, 0 } },
-  { 0x25, -1, 10, false, "READ CAPACITY(10)", cmd_read_capacity10,
+  { 0x25, -1, 10, false, "READ CAPACITY(10)", scsi_cmd_read_capacity10,
     { 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0 } },
-  { 0x28, -1, 10, false, "READ(10)", cmd_rw10,
+  { 0x28, -1, 10, false, "READ(10)", scsi_cmd_rw10,
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0 } },
-  { 0x2a, -1, 10, false, "WRITE(10)", cmd_rw10,
+  { 0x2a, -1, 10, false, "WRITE(10)", scsi_cmd_rw10,
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0 } },
-  { 0x2f, -1, 10, false, "VERIFY(10)", cmd_verify10,
+  { 0x2f, -1, 10, false, "VERIFY(10)", scsi_cmd_verify10,
     { 0xff, 0x16, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0 } },
-  { 0x35, -1, 10, false, "SYNCHRONIZE CACHE(10)", cmd_sync10,
+  { 0x35, -1, 10, false, "SYNCHRONIZE CACHE(10)", scsi_cmd_sync10,
     { 0xff, 0x02, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0 } },
-  { 0x41, -1, 10, false, "WRITE SAME(10)", cmd_write_same10,
+  { 0x41, -1, 10, false, "WRITE SAME(10)", scsi_cmd_write_same10,
     { 0xff, 0x08, 0xff, 0xff, 0xff, 0xff, 0x1f, 0xff, 0xff, 0 } },
-  { 0x42, -1, 10, false, "UNMAP", cmd_unmap,
+  { 0x42, -1, 10, false, "UNMAP", scsi_cmd_unmap,
     { 0xff, 0, 0, 0, 0, 0, 0x1f, 0xff, 0xff, 0 } },
-  { 0x55, -1, 10, false, "MODE SELECT(10)", cmd_mode_select10,
+  { 0x55, -1, 10, false, "MODE SELECT(10)", scsi_cmd_mode_select10,
     { 0xff, 0x10, 0, 0, 0, 0, 0, 0xff, 0xff, 0 } },
-  { 0x5a, -1, 10, false, "MODE SENSE(10)", cmd_mode_sense10,
+  { 0x5a, -1, 10, false, "MODE SENSE(10)", scsi_cmd_mode_sense10,
     { 0xff, 0x18, 0xff, 0xff, 0, 0, 0, 0xff, 0xff, 0 } },
-  { 0x88, -1, 16, false, "READ(16)", cmd_rw16,
+  { 0x88, -1, 16, false, "READ(16)", scsi_cmd_rw16,
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
       0xff, 0xff, 0xff, 0xff, 0x3f, 0 } },
-  { 0x8a, -1, 16, false, "WRITE(16)", cmd_rw16,
+  { 0x8a, -1, 16, false, "WRITE(16)", scsi_cmd_rw16,
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
       0xff, 0xff, 0xff, 0xff, 0x3f, 0 } },
-  { 0x8f, -1, 16, false, "VERIFY(16)", cmd_verify16,
+  { 0x8f, -1, 16, false, "VERIFY(16)", scsi_cmd_verify16,
     { 0xff, 0x16, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
       0xff, 0xff, 0xff, 0xff, 0x3f, 0 } },
-  { 0x91, -1, 16, false, "SYNCHRONIZE CACHE(16)", cmd_sync16,
+  { 0x91, -1, 16, false, "SYNCHRONIZE CACHE(16)", scsi_cmd_sync16,
     { 0xff, 0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
       0xff, 0xff, 0xff, 0xff, 0x3f, 0 } },
-  { 0x93, -1, 16, false, "WRITE SAME(16)", cmd_write_same16,
+  { 0x93, -1, 16, false, "WRITE SAME(16)", scsi_cmd_write_same16,
     { 0xff, 0x09, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
       0xff, 0xff, 0xff, 0xff, 0x3f, 0 } },
   /* Listed and run only on a LUN with atomic writes (p.atomic.max). */
-  { 0x9c, -1, 16, false, "WRITE ATOMIC(16)", cmd_write_atomic16,
+  { 0x9c, -1, 16, false, "WRITE ATOMIC(16)", scsi_cmd_write_atomic16,
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
       0xff, 0xff, 0xff, 0xff, 0x3f, 0 } },
-  { 0x9e, 0x10, 16, false, "READ CAPACITY(16)", cmd_read_capacity16,
+  { 0x9e, 0x10, 16, false, "READ CAPACITY(16)", scsi_cmd_read_capacity16,
     { 0xff, 0x1f, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0 } },
-  { 0xa8, -1, 12, false, "READ(12)", cmd_rw12,
+  { 0xa8, -1, 12, false, "READ(12)", scsi_cmd_rw12,
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0 } },
-  { 0xaa, -1, 12, false, "WRITE(12)", cmd_rw12,
+  { 0xaa, -1, 12, false, "WRITE(12)", scsi_cmd_rw12,
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0 } },
   { 0xa3, 0x0c, 12, false, "REPORT SUPPORTED OPERATION CODES", cmd_rsoc,
     { 0xff, 0x1f, 0x07, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0 } },
@@ -339,10 +339,10 @@ cmd_rsoc (struct ctx *x)
     /* One command: 1 names an opcode without service actions, 2 one
      * with them; asking the other way is an invalid field. */
     if (options == 1 && has_service_actions (opcode))
-      return bad_cdb (x->cmd, 3, -1);
+      return scsi_bad_cdb (x->cmd, 3, -1);
     if (options == 2 && !has_service_actions (opcode) &&
         s4k_scsi_opcode_name (opcode))
-      return bad_cdb (x->cmd, 3, -1);
+      return scsi_bad_cdb (x->cmd, 3, -1);
     const struct command *cm =
       find_command (x->lun, opcode, options == 2 ? sa : -1);
     uint8_t one[4 + 16] = { 0 };
@@ -360,11 +360,11 @@ cmd_rsoc (struct ctx *x)
         one[5] = (uint8_t) ((cm->usage[1] & ~0x1f) | cm->sa);
       n = 4 + cm->len;
     }
-    return data_in (x, one, n, get32 (c + 6));
+    return scsi_data_in (x, one, n, get32 (c + 6));
   }
   else
-    return bad_cdb (x->cmd, 2, 2);
-  return data_in (x, b, n, get32 (c + 6));
+    return scsi_bad_cdb (x->cmd, 2, 2);
+  return scsi_data_in (x, b, n, get32 (c + 6));
 }
 
 /* ---- exec / done ---------------------------------------------------------- */
@@ -383,30 +383,30 @@ s4k_scsi_exec (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
     lun->ua = POWER_ON_OCCURRED;
   }
   if (cdb_len == 0)
-    return fail (cmd, S4K_SENSE_ILLEGAL_REQUEST,
-                 INVALID_COMMAND_OPERATION_CODE);
+    return scsi_fail (cmd, S4K_SENSE_ILLEGAL_REQUEST,
+                      INVALID_COMMAND_OPERATION_CODE);
   cmd->priv.opcode = cdb[0];
   const int sa = cdb_len > 1 ? cdb[1] & 0x1f : -1;
   const struct command *cm = find_command (lun, cdb[0], sa);
   if (!cm) {
     if (has_service_actions (cdb[0]))
-      return fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST, INVALID_FIELD_IN_CDB,
-                        false, 0, CDB_FIELD (1, 4));
-    return fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST,
-                      INVALID_COMMAND_OPERATION_CODE, false, 0,
-                      CDB_FIELD (0, -1));
+      return scsi_fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST,
+                             INVALID_FIELD_IN_CDB, false, 0, CDB_FIELD (1, 4));
+    return scsi_fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST,
+                           INVALID_COMMAND_OPERATION_CODE, false, 0,
+                           CDB_FIELD (0, -1));
   }
   if (lun->ua && !cm->ua_exempt) {
     const uint16_t ua = lun->ua;
     lun->ua = 0;
-    return fail (cmd, S4K_SENSE_UNIT_ATTENTION, ua);
+    return scsi_fail (cmd, S4K_SENSE_UNIT_ATTENTION, ua);
   }
   if (cdb_len < cm->len)
-    return bad_cdb (cmd, (int) cdb_len, -1);
+    return scsi_bad_cdb (cmd, (int) cdb_len, -1);
   for (unsigned i = 1; i < cm->len; i++) {
     const uint8_t stray = cdb[i] & (uint8_t) ~cm->usage[i];
     if (stray)
-      return bad_cdb (cmd, (int) i, 31 - __builtin_clz (stray));
+      return scsi_bad_cdb (cmd, (int) i, 31 - __builtin_clz (stray));
   }
   struct ctx x = { lun, cmd, cdb, cmd->priv.data, cmd->priv.data_len };
   return cm->fn (&x);
@@ -428,9 +428,9 @@ salvage_round (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd)
     s4k_sector_range (g, s4k_sector_index (g, p), &s, &e);
     p = e < end ? e : end;
   }
-  struct s4k_scsi_op *ops = ops_alloc (cmd, n);
+  struct s4k_scsi_op *ops = scsi_ops_alloc (cmd, n);
   if (!ops)
-    return no_memory (cmd);
+    return scsi_no_memory (cmd);
   for (unsigned i = 0; i < n; i++) {
     uint64_t s, e;
     s4k_sector_range (g, s4k_sector_index (g, pos), &s, &e);
@@ -459,7 +459,7 @@ s4k_scsi_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
     r = -EIO;                   /* a failed op must say why */
   if (r != 0 && (cuts != cmd->priv.epoch || r == -ESHUTDOWN))
     /* In flight at a power cut: lost, and not to be retried. */
-    return fail (cmd, S4K_SENSE_NOT_READY, LUN_NOT_READY);
+    return scsi_fail (cmd, S4K_SENSE_NOT_READY, LUN_NOT_READY);
   if (r == -EIO && cmd->ops[failed].kind == S4K_SCSI_OP_READ) {
     const struct s4k_scsi_op op = cmd->ops[failed];
     if (salvaging) {
@@ -467,8 +467,9 @@ s4k_scsi_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
        * place. */
       if (cmd->priv.kind == KIND_READ)
         cmd->data_in_len = op.off - (cmd->priv.lba << lun->lshift);
-      return fail_info (cmd, S4K_SENSE_MEDIUM_ERROR, UNRECOVERED_READ_ERROR,
-                        true, op.off >> lun->lshift, NO_FIELD_PTR);
+      return scsi_fail_info (cmd, S4K_SENSE_MEDIUM_ERROR,
+                             UNRECOVERED_READ_ERROR, true,
+                             op.off >> lun->lshift, NO_FIELD_PTR);
     }
     cmd->priv.salvage_start = cmd->priv.salvage_pos = op.off;
     cmd->priv.salvage_end = op.off + op.len;
@@ -477,7 +478,7 @@ s4k_scsi_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
   }
   if (r != 0) {
     const struct s4k_scsi_op op = cmd->ops[failed];
-    return map_error (lun, cmd, &op, r);
+    return scsi_map_error (lun, cmd, &op, r);
   }
   if (salvaging) {
     if (cmd->priv.salvage_pos < cmd->priv.salvage_end)
@@ -486,15 +487,16 @@ s4k_scsi_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
      * READ has all its data now; a VERIFY's later pieces never ran, so
      * it reports the failure it saw. */
     if (cmd->priv.kind == KIND_VERIFY)
-      return fail_info (cmd, S4K_SENSE_MEDIUM_ERROR, UNRECOVERED_READ_ERROR,
-                        true, cmd->priv.salvage_start >> lun->lshift,
-                        NO_FIELD_PTR);
+      return scsi_fail_info (cmd, S4K_SENSE_MEDIUM_ERROR,
+                             UNRECOVERED_READ_ERROR, true,
+                             cmd->priv.salvage_start >> lun->lshift,
+                             NO_FIELD_PTR);
   }
   if (cmd->priv.kind == KIND_VERIFY && cmd->priv.bytchk)
-    return verify_compare (lun, cmd);
+    return scsi_verify_compare (lun, cmd);
   if (cmd->priv.kind == KIND_READ)
     cmd->data_in_len = cmd->priv.blocks << lun->lshift;
-  return good (cmd);
+  return scsi_good (cmd);
 }
 
 void

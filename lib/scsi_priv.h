@@ -127,42 +127,45 @@ struct command {
 
 /* Data-in of a command that completes here: n bytes of buf, cut to the
  * allocation length and to the caller's buffer. */
-unsigned data_in (struct ctx *x, const void *buf, size_t n, uint64_t alloc);
+unsigned scsi_data_in (struct ctx *x, const void *buf, size_t n,
+                       uint64_t alloc);
 /* Operations the command owns: its inline pair, else an array. */
-struct s4k_scsi_op *ops_alloc (struct s4k_scsi_cmd *cmd, size_t n);
+struct s4k_scsi_op *scsi_ops_alloc (struct s4k_scsi_cmd *cmd, size_t n);
 /* The command becomes one op. */
-unsigned one_op (struct s4k_scsi_cmd *cmd, enum s4k_scsi_op_kind kind,
-                 void *buf, uint64_t len, uint64_t off, unsigned flags);
+unsigned scsi_one_op (struct s4k_scsi_cmd *cmd, enum s4k_scsi_op_kind kind,
+                      void *buf, uint64_t len, uint64_t off, unsigned flags);
 
 /* ---- scsi_sense.c: the command fails (CHECK CONDITION) or succeeds -------- */
 
-unsigned fail_info (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc,
-                    bool info_valid, uint64_t info, struct field f);
-unsigned fail (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc);
+unsigned scsi_fail_info (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc,
+                         bool info_valid, uint64_t info, struct field f);
+unsigned scsi_fail (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc);
 /* ILLEGAL REQUEST, INVALID FIELD IN CDB / IN PARAMETER LIST, pointing at
  * byte (and bit, or -1: the whole byte). */
-unsigned bad_cdb (struct s4k_scsi_cmd *cmd, int byte, int bit);
-unsigned bad_param (struct s4k_scsi_cmd *cmd, int byte, int bit);
-unsigned out_of_range (struct s4k_scsi_cmd *cmd);
-unsigned good (struct s4k_scsi_cmd *cmd);
+unsigned scsi_bad_cdb (struct s4k_scsi_cmd *cmd, int byte, int bit);
+unsigned scsi_bad_param (struct s4k_scsi_cmd *cmd, int byte, int bit);
+unsigned scsi_out_of_range (struct s4k_scsi_cmd *cmd);
+unsigned scsi_good (struct s4k_scsi_cmd *cmd);
 /* ABORTED COMMAND, INSUFFICIENT RESOURCES. */
-unsigned no_memory (struct s4k_scsi_cmd *cmd);
+unsigned scsi_no_memory (struct s4k_scsi_cmd *cmd);
 /* The sense for result r of op (a command whose ops began at LBA
  * cmd->priv.lba). */
-unsigned map_error (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
-                    const struct s4k_scsi_op *op, int r);
+unsigned scsi_map_error (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
+                         const struct s4k_scsi_op *op, int r);
 
 /* ---- the commands: scsi_spc.c, scsi_sbc.c --------------------------------- */
 
-handler cmd_inquiry, cmd_request_sense, cmd_test_unit_ready,
-        cmd_mode_sense6, cmd_mode_sense10, cmd_mode_select6,
-        cmd_mode_select10;
-handler cmd_start_stop_unit, cmd_read_capacity10, cmd_read_capacity16,
-        cmd_rw6, cmd_rw10, cmd_rw12, cmd_rw16, cmd_sync10, cmd_sync16,
-        cmd_write_same10, cmd_write_same16, cmd_unmap, cmd_verify10,
-        cmd_verify16, cmd_write_atomic16;
+handler scsi_cmd_inquiry, scsi_cmd_request_sense, scsi_cmd_test_unit_ready,
+        scsi_cmd_mode_sense6, scsi_cmd_mode_sense10, scsi_cmd_mode_select6,
+        scsi_cmd_mode_select10;
+handler scsi_cmd_start_stop_unit, scsi_cmd_read_capacity10,
+        scsi_cmd_read_capacity16, scsi_cmd_rw6, scsi_cmd_rw10, scsi_cmd_rw12,
+        scsi_cmd_rw16, scsi_cmd_sync10, scsi_cmd_sync16,
+        scsi_cmd_write_same10, scsi_cmd_write_same16, scsi_cmd_unmap,
+        scsi_cmd_verify10, scsi_cmd_verify16, scsi_cmd_write_atomic16;
 /* VERIFY with BYTCHK, once its reads ran: the medium against the
  * data-out. */
-unsigned verify_compare (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd);
+unsigned scsi_verify_compare (struct s4k_scsi_lun *lun,
+                              struct s4k_scsi_cmd *cmd);
 
 #endif

@@ -38,8 +38,8 @@ static const char *const key_names[16] = {
 /* ---- sense ---------------------------------------------------------------- */
 
 unsigned
-fail_info (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc,
-           bool info_valid, uint64_t info, struct field f)
+scsi_fail_info (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc,
+                bool info_valid, uint64_t info, struct field f)
 {
   uint8_t *s = cmd->sense;
   memset (s, 0, sizeof cmd->sense);
@@ -64,34 +64,34 @@ fail_info (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc,
 }
 
 unsigned
-fail (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc)
+scsi_fail (struct s4k_scsi_cmd *cmd, uint8_t key, uint16_t asc)
 {
-  return fail_info (cmd, key, asc, false, 0, NO_FIELD_PTR);
+  return scsi_fail_info (cmd, key, asc, false, 0, NO_FIELD_PTR);
 }
 
 unsigned
-bad_cdb (struct s4k_scsi_cmd *cmd, int byte, int bit)
+scsi_bad_cdb (struct s4k_scsi_cmd *cmd, int byte, int bit)
 {
-  return fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST, INVALID_FIELD_IN_CDB,
-                    false, 0, CDB_FIELD (byte, bit));
+  return scsi_fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST, INVALID_FIELD_IN_CDB,
+                         false, 0, CDB_FIELD (byte, bit));
 }
 
 unsigned
-bad_param (struct s4k_scsi_cmd *cmd, int byte, int bit)
+scsi_bad_param (struct s4k_scsi_cmd *cmd, int byte, int bit)
 {
-  return fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST,
-                    INVALID_FIELD_IN_PARAMETER_LIST, false, 0,
-                    PARAM_FIELD (byte, bit));
+  return scsi_fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST,
+                         INVALID_FIELD_IN_PARAMETER_LIST, false, 0,
+                         PARAM_FIELD (byte, bit));
 }
 
 unsigned
-out_of_range (struct s4k_scsi_cmd *cmd)
+scsi_out_of_range (struct s4k_scsi_cmd *cmd)
 {
-  return fail (cmd, S4K_SENSE_ILLEGAL_REQUEST, LBA_OUT_OF_RANGE);
+  return scsi_fail (cmd, S4K_SENSE_ILLEGAL_REQUEST, LBA_OUT_OF_RANGE);
 }
 
 unsigned
-good (struct s4k_scsi_cmd *cmd)
+scsi_good (struct s4k_scsi_cmd *cmd)
 {
   cmd->status = S4K_SCSI_GOOD;
   cmd->sense_len = 0;
@@ -101,40 +101,41 @@ good (struct s4k_scsi_cmd *cmd)
 }
 
 unsigned
-no_memory (struct s4k_scsi_cmd *cmd)
+scsi_no_memory (struct s4k_scsi_cmd *cmd)
 {
-  return fail (cmd, S4K_SENSE_ABORTED_COMMAND, INSUFFICIENT_RESOURCES);
+  return scsi_fail (cmd, S4K_SENSE_ABORTED_COMMAND, INSUFFICIENT_RESOURCES);
 }
 
 /* The sense for result r of op (a command whose ops began at LBA
  * cmd->priv.lba). */
 unsigned
-map_error (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
-           const struct s4k_scsi_op *op, int r)
+scsi_map_error (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
+                const struct s4k_scsi_op *op, int r)
 {
   const uint64_t lba = op->off >> lun->lshift;
   const bool media = op->kind != S4K_SCSI_OP_FLUSH;
   switch (-r) {
   case EIO:
-    return fail_info (cmd, S4K_SENSE_MEDIUM_ERROR,
-                      op->kind == S4K_SCSI_OP_READ ? UNRECOVERED_READ_ERROR
-                                                   : WRITE_ERROR,
-                      media, lba, NO_FIELD_PTR);
+    return scsi_fail_info (cmd, S4K_SENSE_MEDIUM_ERROR,
+                           op->kind == S4K_SCSI_OP_READ
+                           ? UNRECOVERED_READ_ERROR : WRITE_ERROR,
+                           media, lba, NO_FIELD_PTR);
   case ENOSPC:
-    return fail (cmd, S4K_SENSE_DATA_PROTECT, SPACE_ALLOCATION_FAILED);
+    return scsi_fail (cmd, S4K_SENSE_DATA_PROTECT, SPACE_ALLOCATION_FAILED);
   case EROFS: case EPERM: case EACCES:
-    return fail (cmd, S4K_SENSE_DATA_PROTECT, WRITE_PROTECTED);
+    return scsi_fail (cmd, S4K_SENSE_DATA_PROTECT, WRITE_PROTECTED);
   case ESHUTDOWN:
-    return fail (cmd, S4K_SENSE_NOT_READY, LUN_NOT_READY);
+    return scsi_fail (cmd, S4K_SENSE_NOT_READY, LUN_NOT_READY);
   case EINVAL:
-    return fail (cmd, S4K_SENSE_ILLEGAL_REQUEST, INVALID_FIELD_IN_CDB);
+    return scsi_fail (cmd, S4K_SENSE_ILLEGAL_REQUEST, INVALID_FIELD_IN_CDB);
   case ETIMEDOUT: case ECONNRESET: case ECONNREFUSED: case EPIPE:
   case ENOTCONN: case ECONNABORTED: case EHOSTUNREACH:
-    return fail (cmd, S4K_SENSE_ABORTED_COMMAND, LUN_COMMUNICATION_FAILURE);
+    return scsi_fail (cmd, S4K_SENSE_ABORTED_COMMAND,
+                      LUN_COMMUNICATION_FAILURE);
   case ENOMEM: case EAGAIN: case EBUSY: case ENOBUFS:
-    return no_memory (cmd);
+    return scsi_no_memory (cmd);
   default:
-    return fail (cmd, S4K_SENSE_HARDWARE_ERROR, INTERNAL_TARGET_FAILURE);
+    return scsi_fail (cmd, S4K_SENSE_HARDWARE_ERROR, INTERNAL_TARGET_FAILURE);
   }
 }
 

@@ -97,7 +97,7 @@ vpd_page (const struct s4k_scsi_lun *lun, uint8_t page, uint8_t *b)
 }
 
 unsigned
-cmd_inquiry (struct ctx *x)
+scsi_cmd_inquiry (struct ctx *x)
 {
   const uint8_t *c = x->cdb;
   const struct s4k_scsi_params *p = &x->lun->p;
@@ -106,11 +106,11 @@ cmd_inquiry (struct ctx *x)
   if (c[1] & 0x01) {
     n = vpd_page (x->lun, c[2], b);
     if (n == 0)
-      return bad_cdb (x->cmd, 2, -1);
+      return scsi_bad_cdb (x->cmd, 2, -1);
   }
   else {
     if (c[2])                   /* a page code without EVPD */
-      return bad_cdb (x->cmd, 2, -1);
+      return scsi_bad_cdb (x->cmd, 2, -1);
     n = 36;
     b[2] = 0x07;                /* SPC-5 */
     b[3] = 0x12;                /* HISUP, response data format 2 */
@@ -120,13 +120,13 @@ cmd_inquiry (struct ctx *x)
     pad_copy (b + 16, p->product, 16);
     pad_copy (b + 32, p->revision, 4);
   }
-  return data_in (x, b, n, get16 (c + 3));
+  return scsi_data_in (x, b, n, get16 (c + 3));
 }
 
 /* -- REQUEST SENSE, TEST UNIT READY -- */
 
 unsigned
-cmd_request_sense (struct ctx *x)
+scsi_cmd_request_sense (struct ctx *x)
 {
   struct s4k_scsi_lun *lun = x->lun;
   /* Sense is returned with the CHECK CONDITION itself (autosense): what
@@ -139,13 +139,13 @@ cmd_request_sense (struct ctx *x)
     b[13] = lun->ua & 0xff;
     lun->ua = 0;
   }
-  return data_in (x, b, sizeof b, x->cdb[4]);
+  return scsi_data_in (x, b, sizeof b, x->cdb[4]);
 }
 
 unsigned
-cmd_test_unit_ready (struct ctx *x)
+scsi_cmd_test_unit_ready (struct ctx *x)
 {
-  return good (x->cmd);
+  return scsi_good (x->cmd);
 }
 
 /* -- MODE SENSE / MODE SELECT -- */
@@ -193,11 +193,11 @@ mode_sense (struct ctx *x, bool ten)
   const int pc = c[2] >> 6;
   const uint8_t page = c[2] & 0x3f, subpage = c[3];
   if (pc == PC_SAVED)
-    return fail_info (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
-                      SAVING_PARAMETERS_NOT_SUPPORTED, false, 0,
-                      CDB_FIELD (2, 7));
+    return scsi_fail_info (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
+                           SAVING_PARAMETERS_NOT_SUPPORTED, false, 0,
+                           CDB_FIELD (2, 7));
   if (subpage != 0 && !(page == 0x3f && subpage == 0xff))
-    return bad_cdb (x->cmd, 3, -1);
+    return scsi_bad_cdb (x->cmd, 3, -1);
   uint8_t b[256] = { 0 };
   const size_t hdr = ten ? 8 : 4;
   size_t n = hdr;
@@ -227,18 +227,18 @@ mode_sense (struct ctx *x, bool ten)
   else {
     size_t l = mode_page (lun, page, pc, b + n);
     if (l == 0)
-      return bad_cdb (x->cmd, 2, 5);
+      return scsi_bad_cdb (x->cmd, 2, 5);
     n += l;
   }
   if (ten)
     put16 (b, (uint16_t) (n - 2));
   else
     b[0] = (uint8_t) (n - 1);
-  return data_in (x, b, n, ten ? get16 (c + 7) : c[4]);
+  return scsi_data_in (x, b, n, ten ? get16 (c + 7) : c[4]);
 }
 
-unsigned cmd_mode_sense6 (struct ctx *x) { return mode_sense (x, false); }
-unsigned cmd_mode_sense10 (struct ctx *x) { return mode_sense (x, true); }
+unsigned scsi_cmd_mode_sense6 (struct ctx *x) { return mode_sense (x, false); }
+unsigned scsi_cmd_mode_sense10 (struct ctx *x) { return mode_sense (x, true); }
 
 /* MODE SELECT changes nothing (every field reads as not changeable in
  * MODE SENSE): a parameter list that repeats the current values is
@@ -252,10 +252,10 @@ mode_select (struct ctx *x, bool ten)
   const size_t len = ten ? get16 (c + 7) : c[4];
   const size_t hdr = ten ? 8 : 4;
   if (len == 0)
-    return good (x->cmd);
+    return scsi_good (x->cmd);
   if (len < hdr || len > x->data_len)
-    return fail (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
-                 PARAMETER_LIST_LENGTH_ERROR);
+    return scsi_fail (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
+                      PARAMETER_LIST_LENGTH_ERROR);
   const uint8_t *d = x->data;
   const size_t bdl = ten ? get16 (d + 6) : d[3];
   const bool longlba = ten && (d[4] & 0x01);
@@ -263,38 +263,38 @@ mode_select (struct ctx *x, bool ten)
   if (bdl) {
     const size_t one = longlba ? 16 : 8;
     if (bdl != one)
-      return bad_param (x->cmd, ten ? 6 : 3, -1);
+      return scsi_bad_param (x->cmd, ten ? 6 : 3, -1);
     if (hdr + bdl > len)
-      return fail (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
-                   PARAMETER_LIST_LENGTH_ERROR);
+      return scsi_fail (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
+                        PARAMETER_LIST_LENGTH_ERROR);
     const uint32_t bl = longlba ? get32 (d + hdr + 12)
                                 : get32 (d + hdr + 4) & 0xffffff;
     if (bl != lun->p.geom.logical)
-      return bad_param (x->cmd, (int) (hdr + (longlba ? 12 : 5)), -1);
+      return scsi_bad_param (x->cmd, (int) (hdr + (longlba ? 12 : 5)), -1);
     i += bdl;
   }
   while (i < len) {
     if (i + 2 > len)
-      return fail (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
-                   PARAMETER_LIST_LENGTH_ERROR);
+      return scsi_fail (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
+                        PARAMETER_LIST_LENGTH_ERROR);
     if (d[i] & 0x40)            /* SPF: subpages, none here */
-      return bad_param (x->cmd, (int) i, 6);
+      return scsi_bad_param (x->cmd, (int) i, 6);
     uint8_t cur[64] = { 0 };
     const size_t pl = mode_page (lun, d[i] & 0x3f, PC_CURRENT, cur);
     if (pl == 0)
-      return bad_param (x->cmd, (int) i, 5);
+      return scsi_bad_param (x->cmd, (int) i, 5);
     if ((size_t) d[i + 1] + 2 != pl)
-      return bad_param (x->cmd, (int) i + 1, -1);
+      return scsi_bad_param (x->cmd, (int) i + 1, -1);
     if (i + pl > len)
-      return fail (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
-                   PARAMETER_LIST_LENGTH_ERROR);
+      return scsi_fail (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
+                        PARAMETER_LIST_LENGTH_ERROR);
     for (size_t j = 2; j < pl; j++)
       if (d[i + j] != cur[j])
-        return bad_param (x->cmd, (int) (i + j), -1);
+        return scsi_bad_param (x->cmd, (int) (i + j), -1);
     i += pl;
   }
-  return good (x->cmd);
+  return scsi_good (x->cmd);
 }
 
-unsigned cmd_mode_select6 (struct ctx *x) { return mode_select (x, false); }
-unsigned cmd_mode_select10 (struct ctx *x) { return mode_select (x, true); }
+unsigned scsi_cmd_mode_select6 (struct ctx *x) { return mode_select (x, false); }
+unsigned scsi_cmd_mode_select10 (struct ctx *x) { return mode_select (x, true); }

@@ -2,7 +2,7 @@
  * build stores.  Front ends use the device API in sect4k/sect4k.h.
  *
  * A store reads and writes whole physical sectors, unless it says it can
- * do more (struct s4k_store's properties); the engine (dev.c) owns the
+ * do more (struct s4k_store's properties); the engine (dev_plan.h) owns the
  * RMW and holds the sector locks of every sector a store call touches. */
 #ifndef S4K_STORE_H
 #define S4K_STORE_H

@@ -275,8 +275,9 @@ open_file (struct file_store *f, const struct s4k_config *c, char *ro_why,
      * where it changes nothing. */
     f->fast_zero = true;
     if (!f->readonly &&
-        unsupported (-falloc (f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                              f->size, g->logical))) {
+        unsupported (-file_falloc (f,
+                                   FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                   f->size, g->logical))) {
       f->no_punch = true;
       f->fast_zero = false;
     }
@@ -333,7 +334,7 @@ s4k_file_store_new (const struct s4k_config *c, uint64_t *size, char *err,
     free (f);
     return NULL;
   }
-  alloc_map_new (f, &c->geom);
+  file_alloc_map_new (f, &c->geom);
   if (c->no_uring)
     snprintf (io_why, sizeof io_why, "io=sync");
   else

@@ -71,27 +71,27 @@ int file_flush (struct s4k_store *s);
 int file_extents (struct s4k_store *s, uint64_t len, uint64_t off,
                   s4k_extent_fn *fn, void *opaque);
 bool file_can_fast_zero (struct s4k_store *s);
-int falloc (struct file_store *f, int mode, uint64_t off, uint64_t len);
+int file_falloc (struct file_store *f, int mode, uint64_t off, uint64_t len);
 
 /* store_file_io.c: the allocation before writes (alloc_map). */
-void alloc_map_new (struct file_store *f, const struct s4k_geometry *g);
-bool needs_alloc (struct file_store *f, uint64_t off, uint64_t len);
-void note_alloc (struct file_store *f, uint64_t off, uint64_t len,
-                 bool allocated);
+void file_alloc_map_new (struct file_store *f, const struct s4k_geometry *g);
+bool file_needs_alloc (struct file_store *f, uint64_t off, uint64_t len);
+void file_note_alloc (struct file_store *f, uint64_t off, uint64_t len,
+                      bool allocated);
 
 /* store_file_io.c: pieces and bounce buffers, one way for both paths. */
 struct io_uring_sqe;
-void prep_rw (struct io_uring_sqe *sqe, struct file_store *f, bool write,
-              const piece *p, bool fua);
-int piece_result (piece *p, int res, bool write);
-void cached_reads (struct file_store *f, piece *p, unsigned n);
-size_t bounce_need (const struct file_store *f, const struct s4k_io *io,
-                    unsigned n);
-void set_pieces (const struct file_store *f, bool write,
-                 const struct s4k_io *io, unsigned n, piece *p,
-                 char *bounce);
-void unbounce_reads (const struct file_store *f, const struct s4k_io *io,
-                     unsigned n, const char *bounce);
+void file_prep_rw (struct io_uring_sqe *sqe, struct file_store *f, bool write,
+                   const piece *p, bool fua);
+int file_piece_result (piece *p, int res, bool write);
+void file_cached_reads (struct file_store *f, piece *p, unsigned n);
+size_t file_bounce_need (const struct file_store *f, const struct s4k_io *io,
+                         unsigned n);
+void file_set_pieces (const struct file_store *f, bool write,
+                      const struct s4k_io *io, unsigned n, piece *p,
+                      char *bounce);
+void file_unbounce_reads (const struct file_store *f, const struct s4k_io *io,
+                          unsigned n, const char *bounce);
 
 /* store_file_aio.c */
 int file_submit (struct s4k_store *s, struct s4k_store_req *q);

@@ -61,7 +61,7 @@ queue_piece (struct file_store *f, struct s4k_store_req *q, piece *p)
   else if (p->alloc)
     io_uring_prep_fallocate (sqe, f->fd, FALLOC_FL_KEEP_SIZE, p->off, p->left);
   else
-    prep_rw (sqe, f, q->kind == S4K_REQ_WRITE, p, q->fua);
+    file_prep_rw (sqe, f, q->kind == S4K_REQ_WRITE, p, q->fua);
   io_uring_sqe_set_data (sqe, &p->c);
   q->inflight++;
 }
@@ -142,14 +142,14 @@ piece_done (struct s4k_completion *c, int res)
     }
   }
   else if (q->kind == S4K_REQ_WRITE) {
-    r = piece_result (p, res, true);
+    r = file_piece_result (p, res, true);
     if (r == 0) {
       const struct s4k_io *io = &q->io[p - q->piece];
-      note_alloc (f, io->off, io->len, true);
+      file_note_alloc (f, io->off, io->len, true);
     }
   }
   else
-    r = piece_result (p, res, false);
+    r = file_piece_result (p, res, false);
   if (r < 0 && !q->err)
     q->err = r;
   else if (r == 1 && !q->err)
@@ -157,7 +157,7 @@ piece_done (struct s4k_completion *c, int res)
   if (q->inflight)
     return;
   if (!q->err && q->kind == S4K_REQ_READ && q->bounce)
-    unbounce_reads (f, q->io, q->n, q->bounce);
+    file_unbounce_reads (f, q->io, q->n, q->bounce);
   q->done (q, q->err);
 }
 
@@ -185,7 +185,7 @@ file_submit (struct s4k_store *s, struct s4k_store_req *q)
     return 1;
   }
   if (zero_or_trim (q)) {
-    note_alloc (f, q->io[0].off, q->io[0].len, false);
+    file_note_alloc (f, q->io[0].off, q->io[0].len, false);
     if (!falloc_mode (f, q))
       return q->kind == S4K_REQ_ZERO
              ? file_zero (s, q->io[0].len, q->io[0].off, q->may_trim, q->fua)
@@ -195,7 +195,7 @@ file_submit (struct s4k_store *s, struct s4k_store_req *q)
     queue_piece (f, q, &q->piece[0]);
     return 1;
   }
-  size_t need = bounce_need (f, q->io, q->n);
+  size_t need = file_bounce_need (f, q->io, q->n);
   if (need > q->bounce_len) {
     free (q->bounce);
     q->bounce_len = 0;
@@ -205,9 +205,9 @@ file_submit (struct s4k_store *s, struct s4k_store_req *q)
     }
     q->bounce_len = need;
   }
-  set_pieces (f, write, q->io, q->n, q->piece, q->bounce);
+  file_set_pieces (f, write, q->io, q->n, q->piece, q->bounce);
   if (!write && !f->direct)
-    cached_reads (f, q->piece, q->n);
+    file_cached_reads (f, q->piece, q->n);
   /* Sectors not known to be allocated are allocated first, all of them
    * before any write (piece_done then queues the writes): ENOSPC then
    * leaves every sector as it was. */
@@ -215,7 +215,7 @@ file_submit (struct s4k_store *s, struct s4k_store_req *q)
     piece *p = &q->piece[i];
     p->c.fn = piece_done;
     p->req = q;
-    p->alloc = write && p->left && needs_alloc (f, p->off, p->left);
+    p->alloc = write && p->left && file_needs_alloc (f, p->off, p->left);
     if (p->alloc)
       queue_piece (f, q, p);
   }

@@ -205,8 +205,8 @@ sync_rw (struct file_store *f, bool write, piece *p, unsigned n,
 }
 
 void
-prep_rw (struct io_uring_sqe *sqe, struct file_store *f, bool write,
-         const piece *p, bool fua)
+file_prep_rw (struct io_uring_sqe *sqe, struct file_store *f, bool write,
+              const piece *p, bool fua)
 {
   unsigned len = p->left < MAX_SQE_BYTES ? p->left : MAX_SQE_BYTES;
   if (write) {
@@ -221,7 +221,7 @@ prep_rw (struct io_uring_sqe *sqe, struct file_store *f, bool write,
  * submission (interrupted, or short), 0 once it is whole, or -errno (the
  * piece is given up). */
 int
-piece_result (piece *p, int res, bool write)
+file_piece_result (piece *p, int res, bool write)
 {
   if (res == -EINTR || res == -EAGAIN)
     return 1;
@@ -239,7 +239,7 @@ ring_queue (struct io_uring *ring, struct file_store *f, bool write,
             piece *p, unsigned i, bool fua)
 {
   struct io_uring_sqe *sqe = io_uring_get_sqe (ring);
-  prep_rw (sqe, f, write, &p[i], fua);
+  file_prep_rw (sqe, f, write, &p[i], fua);
   io_uring_sqe_set_data64 (sqe, i);
 }
 
@@ -271,7 +271,7 @@ ring_rw (struct io_uring *ring, struct file_store *f, bool write,
       int res = cqe->res;
       io_uring_cqe_seen (ring, cqe);
       inflight--;
-      r = piece_result (&p[i], res, write);
+      r = file_piece_result (&p[i], res, write);
       if (r < 0 && !err)
         err = r;
       else if (r == 1 && !err) {
@@ -287,7 +287,7 @@ ring_rw (struct io_uring *ring, struct file_store *f, bool write,
  * costs one plain syscall, less than a trip through the ring.  What
  * would block is left for the ring. */
 void
-cached_reads (struct file_store *f, piece *p, unsigned n)
+file_cached_reads (struct file_store *f, piece *p, unsigned n)
 {
   for (unsigned i = 0; i < n; i++) {
     struct iovec iov = { p[i].buf, p[i].left };
@@ -306,7 +306,8 @@ unaligned (const struct file_store *f, const void *buf)
 }
 
 size_t
-bounce_need (const struct file_store *f, const struct s4k_io *io, unsigned n)
+file_bounce_need (const struct file_store *f, const struct s4k_io *io,
+                  unsigned n)
 {
   size_t len = 0;
   for (unsigned i = 0; i < n; i++)
@@ -316,8 +317,8 @@ bounce_need (const struct file_store *f, const struct s4k_io *io, unsigned n)
 }
 
 void
-set_pieces (const struct file_store *f, bool write, const struct s4k_io *io,
-            unsigned n, piece *p, char *bounce)
+file_set_pieces (const struct file_store *f, bool write,
+                 const struct s4k_io *io, unsigned n, piece *p, char *bounce)
 {
   for (unsigned i = 0, b = 0; i < n; i++) {
     p[i] = (piece) { .buf = io[i].buf, .off = io[i].off, .left = io[i].len };
@@ -331,8 +332,8 @@ set_pieces (const struct file_store *f, bool write, const struct s4k_io *io,
 }
 
 void
-unbounce_reads (const struct file_store *f, const struct s4k_io *io,
-                unsigned n, const char *bounce)
+file_unbounce_reads (const struct file_store *f, const struct s4k_io *io,
+                     unsigned n, const char *bounce)
 {
   for (unsigned i = 0, b = 0; i < n; i++)
     if (unaligned (f, io[i].buf)) {
@@ -387,7 +388,7 @@ sector_span (const struct file_store *f, uint64_t off, uint64_t len,
 
 /* Whether a write of [off, off+len) must allocate first. */
 bool
-needs_alloc (struct file_store *f, uint64_t off, uint64_t len)
+file_needs_alloc (struct file_store *f, uint64_t off, uint64_t len)
 {
   if (f->blockdev || f->no_alloc)
     return false;
@@ -400,7 +401,8 @@ needs_alloc (struct file_store *f, uint64_t off, uint64_t len)
 
 /* After a write of [off, off+len), or before a punch (allocated = false). */
 void
-note_alloc (struct file_store *f, uint64_t off, uint64_t len, bool allocated)
+file_note_alloc (struct file_store *f, uint64_t off, uint64_t len,
+                 bool allocated)
 {
   if (!f->alloc_map)
     return;
@@ -414,7 +416,7 @@ note_alloc (struct file_store *f, uint64_t off, uint64_t len, bool allocated)
 static int
 alloc_range (struct file_store *f, uint64_t off, uint64_t len)
 {
-  int r = falloc (f, FALLOC_FL_KEEP_SIZE, off, len);
+  int r = file_falloc (f, FALLOC_FL_KEEP_SIZE, off, len);
   if (falloc_unsupported (-r)) {
     f->no_alloc = true;
     r = 0;
@@ -423,7 +425,7 @@ alloc_range (struct file_store *f, uint64_t off, uint64_t len)
 }
 
 void
-alloc_map_new (struct file_store *f, const struct s4k_geometry *g)
+file_alloc_map_new (struct file_store *f, const struct s4k_geometry *g)
 {
   f->physical = g->physical;
   f->shift = (g->physical - g->alignment) % g->physical;
@@ -461,13 +463,13 @@ file_rw (struct file_store *f, bool write, const struct s4k_io *io,
   if (write && f->readonly)
     return -EROFS;
   for (unsigned i = 0; write && i < n; i++)
-    if (needs_alloc (f, io[i].off, io[i].len) &&
+    if (file_needs_alloc (f, io[i].off, io[i].len) &&
         (r = alloc_range (f, io[i].off, io[i].len)) != 0)
       return r;
-  size_t need = bounce_need (f, io, n);
+  size_t need = file_bounce_need (f, io, n);
   if (need && !(bounce = thread_bounce (need)))
     return -ENOMEM;
-  set_pieces (f, write, io, n, p, bounce);
+  file_set_pieces (f, write, io, n, p, bounce);
 
   /* Buffered writes are plain copies into the page cache, and file
    * systems without async buffered writes (ext4) make io_uring hand each
@@ -475,13 +477,13 @@ file_rw (struct file_store *f, bool write, const struct s4k_io *io,
    * go straight to pwritev2, one call per request. */
   struct io_uring *ring = write && !f->direct ? NULL : thread_ring (f);
   if (ring && !write && !f->direct)
-    cached_reads (f, p, n);
+    file_cached_reads (f, p, n);
   r = ring ? ring_rw (ring, f, write, p, n, fua)
            : sync_rw (f, write, p, n, fua);
   if (r == 0 && !write && need)
-    unbounce_reads (f, io, n, bounce);
+    file_unbounce_reads (f, io, n, bounce);
   for (unsigned i = 0; r == 0 && write && i < n; i++)
-    note_alloc (f, io[i].off, io[i].len, true);
+    file_note_alloc (f, io[i].off, io[i].len, true);
   return r;
 }
 
@@ -536,7 +538,7 @@ file_flush (struct s4k_store *s)
 
 /* fallocate, or -errno. */
 int
-falloc (struct file_store *f, int mode, uint64_t off, uint64_t len)
+file_falloc (struct file_store *f, int mode, uint64_t off, uint64_t len)
 {
   while (fallocate (f->fd, mode, off, len) == -1)
     if (errno != EINTR)
@@ -573,25 +575,25 @@ file_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
 
   if (f->readonly)
     return -EROFS;
-  note_alloc (f, off, len, false);
+  file_note_alloc (f, off, len, false);
   if (may_trim && !f->no_punch) {
-    r = falloc (f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
+    r = file_falloc (f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
     if (unsupported (-r))
       f->no_punch = true;
   }
   if (r && !f->no_zero_range) {
-    r = falloc (f, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, off, len);
+    r = file_falloc (f, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, off, len);
     if (unsupported (-r))
       f->no_zero_range = true;
   }
   if (r && !f->blockdev && !f->no_punch && f->no_zero_range) {
     /* tmpfs and friends: punch, then allocate again (a hint only: the
      * hole already reads as zeroes). */
-    r = falloc (f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
+    r = file_falloc (f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
     if (unsupported (-r))
       f->no_punch = true;
     else if (r == 0 && !may_trim)
-      falloc (f, FALLOC_FL_KEEP_SIZE, off, len);
+      file_falloc (f, FALLOC_FL_KEEP_SIZE, off, len);
   }
   if (f->no_punch && f->no_zero_range)
     f->fast_zero = false;
@@ -613,9 +615,9 @@ file_trim (struct s4k_store *s, uint64_t len, uint64_t off, bool fua)
 
   if (f->readonly)
     return -EROFS;
-  note_alloc (f, off, len, false);
+  file_note_alloc (f, off, len, false);
   if (!f->no_punch) {
-    r = falloc (f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
+    r = file_falloc (f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
     if (unsupported (-r))
       f->no_punch = true;
   }

@@ -1,0 +1,64 @@
+/* The device's private parts, shared by its files:
+ *   dev.c        the device: opening it over its store stack (the fault
+ *                layer, the write log, timing, statistics) and closing
+ *                it, what it says about itself, what strict refuses,
+ *                lost writes per client connection, write log marks;
+ *   dev_plan.h   the plan every request runs (checks, the span of
+ *                sectors, the stages, the write log's entries), inlined
+ *                into each of the two drivers:
+ *   dev_sync.c   the synchronous driver (s4k_read..., the plugin): the
+ *                plan run to its end, the fast paths of whole sectors,
+ *                the per-thread bounce buffer, extents;
+ *   dev_aio.c    the asynchronous driver (s4k_aio_..., sect4k-server):
+ *                the plan submitted to a loop and resumed at the stage
+ *                that waited.
+ * This header: the device. */
+#ifndef S4K_DEV_PRIV_H
+#define S4K_DEV_PRIV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sect4k/sect4k.h"
+#include "sect4k/wlog.h"
+#include "store.h"
+#include "lock.h"
+#include "stats.h"
+#include "stats_save.h"
+
+/* For what runs on every request: inline into each caller, so that the
+ * synchronous calls fold the plan into straight code. */
+#define S4K_INLINE static inline __attribute__ ((always_inline))
+
+struct s4k_dev {
+  struct s4k_geometry g;
+  bool counting;                /* keep statistics */
+  bool lockfree_reads;          /* the store's reads need no sector lock */
+  bool partial_writes;          /* the store merges writes that cut
+                                   sectors itself */
+  uint64_t shift, pmask;        /* s4k_sector_shift, physical - 1 */
+  uint64_t fast_max;            /* longest fast-path request: 0 when
+                                   counting (every request is planned) */
+  uint64_t fast_write_max;      /* the same for writes: 0 also when
+                                   logging them */
+  unsigned pbits;               /* log2 physical */
+  uint32_t max_request;
+  bool strict;
+  struct s4k_store *store;
+  struct s4k_locks *locks;
+  unsigned debug_mask;
+  s4k_debug_fn *debug_fn;
+  void *debug_opaque;
+  struct stats_state stats;
+  struct stats_saver saver;
+  struct s4k_fault *fault;      /* the fault layer over the store, or NULL */
+  const char *name;             /* export name or NULL: for statistics */
+  struct s4k_timing *timing;    /* NULL unless a timing key asks */
+  struct s4k_wlog *wlog;        /* write-log=, or NULL */
+  struct s4k_atomic atomic;     /* atomic-write-*=: max 0, none */
+  bool write_atomic;            /* atomic writes go to the store's
+                                   write_atomic (the fault layer's) */
+  _Atomic uint64_t *losses;     /* the store's (under any layer) */
+};
+
+#endif

@@ -1,0 +1,216 @@
+/* The device's synchronous driver (s4k_read..., the plugin): the plan
+ * run to its end with the store's synchronous calls, the fast paths of
+ * whole sectors that need no plan, extents. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/uio.h>
+
+#include "dev_plan.h"
+
+/* ---- per-thread bounce buffer for RMW sectors ------------------------- */
+
+static pthread_key_t bounce_key;
+static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
+/* initial-exec: no __tls_get_addr call on the data path of a plugin. */
+#define S4K_TLS _Thread_local __attribute__ ((tls_model ("initial-exec")))
+static S4K_TLS struct { char *buf; size_t len; } tl_bounce;
+
+static void
+bounce_free (void *p)
+{
+  free (p);
+}
+static void
+bounce_init (void)
+{
+  pthread_key_create (&bounce_key, bounce_free);
+}
+
+/* Room for a head and a tail sector; freed when the thread exits. */
+static char *
+bounce (size_t len)
+{
+  if (tl_bounce.len < len) {
+    pthread_once (&bounce_once, bounce_init);
+    char *p = realloc (tl_bounce.buf, len);
+    if (!p)
+      return NULL;
+    tl_bounce.buf = p;
+    tl_bounce.len = len;
+    pthread_setspecific (bounce_key, p);
+  }
+  return tl_bounce.buf;
+}
+
+/* ---- the synchronous driver ------------------------------------------- */
+
+S4K_INLINE int
+sync_request (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
+              uint64_t off, unsigned flags)
+{
+  struct request q;
+  struct s4k_store_req sq;
+  int r = begin (d, &q, op, buf, len, off, flags);
+  if (r == 0 && needs_cut (&q) &&
+      !(q.cut = bounce (2 * (size_t) d->g.physical)))
+    r = -ENOMEM;
+  if (r)
+    return counted (d, op, len, off, r == 1 ? 0 : r, q.t);
+  return run (d, &q, &sq, NULL, ST_START, 0);
+}
+
+/* True for a read or write of whole physical sectors inside the device,
+ * no longer than the maximum, with no statistics to keep: nothing to
+ * refuse, no cut sector, so no plan (a shift and a mask).  The sectors
+ * are [*first, *last]. */
+S4K_INLINE bool
+whole_sectors (const struct s4k_dev *d, uint64_t max, uint64_t len,
+               uint64_t off, uint64_t *first, uint64_t *last)
+{
+  if (len - 1 >= max ||
+      (((off + d->shift) | len) & d->pmask) ||
+      off > d->g.size || len > d->g.size - off)
+    return false;
+  *first = (off + d->shift) >> d->pbits;
+  *last = *first + ((len - 1) >> d->pbits);
+  return true;
+}
+
+/* The plans of reads and writes, out of line so that the fast paths
+ * below stay small. */
+static __attribute__ ((noinline)) int
+planned_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+{
+  return sync_request (d, S4K_OP_READ, buf, len, off, 0);
+}
+
+static __attribute__ ((noinline)) int
+planned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+               unsigned flags)
+{
+  return sync_request (d, S4K_OP_WRITE, (void *) buf, len, off, flags);
+}
+
+int
+s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+{
+  uint64_t first, last;
+  if (d->lockfree_reads &&
+      whole_sectors (d, d->fast_max, len, off, &first, &last)) {
+    struct s4k_io io = { buf, len, off };
+    return d->store->ops->read (d->store, &io, 1);
+  }
+  return planned_read (d, buf, len, off);
+}
+
+/* s4k_read_iov with a plan: checks, statistics. */
+static __attribute__ ((noinline)) int
+planned_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
+                  struct iovec *iov, unsigned max)
+{
+  struct span s;
+  struct tally t = { 0 };
+  int r = plan (d, S4K_OP_READ, len, off, 0, &s, &t);
+  if (r == 1)
+    r = 0;                      /* nothing to read: no pieces */
+  else if (r == 0 &&
+           (r = d->store->ops->read_iov (d->store, len, off, iov, max))
+           == -ENOBUFS)
+    return r;                   /* not counted: the caller reads instead */
+  counted (d, S4K_OP_READ, len, off, r < 0 ? r : 0, t);
+  return r;
+}
+
+/* Only for stores whose reads take no lock (read_iov implies
+ * lockfree_reads): a reference is handed out with no lock held, so it
+ * is the same as a lock-free read, whose copy the kernel does later. */
+int
+s4k_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
+              struct iovec *iov, unsigned max)
+{
+  uint64_t first, last;
+  /* A reference cannot vouch for an atomic write across chunks: with
+   * atomic writes, a read beyond one physical sector is copied. */
+  if (!d->store->ops->read_iov ||
+      (d->atomic.max && len &&
+       s4k_sector_index (&d->g, off) !=
+       s4k_sector_index (&d->g, off + len - 1)))
+    return -ENOTSUP;
+  if (whole_sectors (d, d->fast_max, len, off, &first, &last))
+    return d->store->ops->read_iov (d->store, len, off, iov, max);
+  return planned_read_iov (d, len, off, iov, max);
+}
+
+int
+s4k_read_piece (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
+{
+  struct s4k_io io = { buf, len, off };
+  if (!d->lockfree_reads)
+    return -ENOTSUP;
+  return d->store->ops->read (d->store, &io, 1);
+}
+
+int
+s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+           unsigned flags)
+{
+  uint64_t first, last;
+  if (!(flags & S4K_ATOMIC) &&
+      whole_sectors (d, d->fast_write_max, len, off, &first, &last)) {
+    struct s4k_io io = { (void *) buf, len, off };
+    s4k_lock (d->locks, first, last, false);
+    int r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);
+    s4k_unlock (d->locks, first, last, false);
+    return r;
+  }
+  return planned_write (d, buf, len, off, flags);
+}
+
+int
+s4k_zero (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+{
+  return sync_request (d, S4K_OP_ZERO, NULL, len, off, flags);
+}
+
+int
+s4k_trim (struct s4k_dev *d, uint64_t len, uint64_t off, unsigned flags)
+{
+  return sync_request (d, S4K_OP_TRIM, NULL, len, off, flags);
+}
+
+int
+s4k_flush (struct s4k_dev *d)
+{
+  return sync_request (d, S4K_OP_FLUSH, NULL, 0, 0, 0);
+}
+
+int
+s4k_cache (struct s4k_dev *d, uint64_t len, uint64_t off)
+{
+  /* Nothing to prefetch from memory; a file store reads ahead itself. */
+  return counted (d, S4K_OP_CACHE, len, off,
+                  check_request (d, S4K_OP_CACHE, len, off),
+                  (struct tally) { 0 });
+}
+
+static int
+extents_op (struct s4k_dev *d, uint64_t len, uint64_t off,
+            s4k_extent_fn *fn, void *opaque)
+{
+  struct extent_clip c;
+  struct s4k_io range;
+  int r = extents_plan (d, len, off, fn, opaque, &c, &range);
+  if (r)
+    return r == 1 ? 0 : r;
+  return d->store->ops->extents (d->store, range.len, range.off,
+                                 clip_extent, &c);
+}
+
+int
+s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
+             s4k_extent_fn *fn, void *opaque)
+{
+  return counted (d, S4K_OP_EXTENTS, len, off,
+                  extents_op (d, len, off, fn, opaque), (struct tally) { 0 });
+}
