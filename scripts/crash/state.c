@@ -118,8 +118,9 @@ state_build (struct state *st)
 
 /* How many outcomes the policy allows sector t (those that give distinct
  * images): kept and reverted, and what an interrupted write leaves.
- * Matches lib/fault.c's cut_locked: a torn mix needs two logical sectors
- * (so does unreadable, its variant); garbage and zero do not. */
+ * Matches lib/fault_cut.c's fault_cut_locked: a torn mix needs two
+ * logical sectors (so does unreadable, its variant); garbage and zero do
+ * not. */
 static uint64_t
 n_torn_masks (const struct tsec *t)
 {
