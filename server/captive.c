@@ -241,7 +241,10 @@ captive_env_nbd (struct captive_env *e, int listen_fd, const char *unix_path,
     snprintf (port, sizeof port, "%u", ntohs (a->sin6_port));
     snprintf (uri, sizeof uri, "%s://[%s]:%s/%s", scheme, host, port, name);
   }
+  /* $nbd: nbdkit >= 1.24 sets it to the same URI (nbdkit-captive(1)),
+   * so commands written for nbdkit (qemu-img convert $nbd) run here. */
   if (captive_env_add (e, "uri", uri) == -1 ||
+      captive_env_add (e, "nbd", uri) == -1 ||
       captive_env_add (e, "exportname", exportname) == -1 ||
       (port[0] && captive_env_add (e, "port", port) == -1) ||
       (port[0] && captive_env_add (e, "unixsocket", "") == -1) ||

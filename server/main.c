@@ -78,9 +78,9 @@ usage (FILE *f)
 "      --run CMD              run CMD with /bin/sh once every export is\n"
 "                             served (with --scsi: every disk exists), then\n"
 "                             stop and exit with its status (128+N for signal\n"
-"                             N); CMD sees $uri, $exportname, $port or\n"
-"                             $unixsocket, $tls, and with --scsi $dev and\n"
-"                             $dev_NAME per named export\n"
+"                             N); CMD sees $uri (and $nbd, the same),\n"
+"                             $exportname, $port or $unixsocket, $tls, and\n"
+"                             with --scsi $dev and $dev_NAME per named export\n"
 "  -P, --pidfile FILE         write the pid to FILE once serving\n"
 "      --exit-with-parent     stop (as on SIGTERM) when the parent exits\n"
 "  -v, --verbose              log connections and refused requests\n"
@@ -344,6 +344,7 @@ start_run (const char *cmd, const struct server *s, const char *unix_path,
     r = captive_env_nbd (&env, s->listen_fd, unix_path, s->cfg.export_name,
                          s->cfg.tls);
   else if (captive_env_add (&env, "uri", "") == -1 ||
+           captive_env_add (&env, "nbd", "") == -1 ||
            captive_env_add (&env, "exportname", s->cfg.export_name) == -1 ||
            captive_env_add (&env, "port", "") == -1 ||
            captive_env_add (&env, "unixsocket", "") == -1)

@@ -35,6 +35,20 @@ ok $? "... \$port empty, \$exportname \"\", \$uri the socket's"
 [ -n "$sock" ] && [ ! -e "$sock" ] && [ ! -e "$(dirname "$sock")" ]
 ok $? "... the private socket and its directory are gone afterwards"
 
+# $nbd, as nbdkit >= 1.24 sets it: the same URI as $uri, so that commands
+# written for nbdkit (qemu-img ... $nbd) run unchanged.
+if command -v qemu-img >/dev/null; then
+  out=$(run_server nbdvar -U - 4M \
+          --run 'echo "same=$([ "$nbd" = "$uri" ] && echo yes)" &&
+                 qemu-img info -f raw --output=json "$nbd"')
+  st=$?
+  [ "$st" = 0 ] && printf '%s\n' "$out" | grep -qx 'same=yes' &&
+    printf '%s\n' "$out" | grep -q '"virtual-size": 4194304,'
+  ok $? "--run 'qemu-img info \"\$nbd\"': \$nbd is \$uri, qemu-img reads 4 MiB ($st)"
+else
+  echo "ok $((tap_n += 1)) # SKIP qemu-img is not installed"
+fi
+
 # status_case NAME CMD STATUS LOG-LINE DESCRIPTION: the server's exit
 # status is STATUS and its log says LOG-LINE.
 status_case () {
