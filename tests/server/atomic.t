@@ -37,6 +37,18 @@ PAGE = 16384
 PAGES = SIZE // PAGE
 CUTS = 4
 SLOW = os.environ.get("SECT4K_SAN", "") != ""
+SCHEMA = json.load(open(os.path.join(TOP, "docs", "cut-report.schema.json")))
+
+
+def valid(rep):
+    """The report against docs/cut-report.schema.json."""
+    import jsonschema
+    try:
+        jsonschema.validate(rep, SCHEMA)
+        return True
+    except jsonschema.ValidationError as e:
+        diag("the cut report does not match its schema: %s" % e.message)
+        return False
 
 
 def connect(uri):
@@ -91,6 +103,8 @@ def cut_rounds(name, srv, ctlpath, seed):
             bad_report = True
             diag("%s: the report is not JSON: %r %r" % (name, p.stdout[-300:],
                                                          p.stderr))
+        if rep and not valid(rep):
+            bad_report = True
         if rep:
             listed += len(rep.get("atomic", []))
             # Every sector of a listed atomic write shares its outcome.
@@ -131,7 +145,8 @@ def power_cuts(name, make, models=("512e", "4kn")):
            % (name, model, CUTS, torn, checked))
         ok(listed > 0 and not bad,
            "%s %s: the cut reports list %d atomic writes, each kept or "
-           "dropped whole" % (name, model, listed))
+           "dropped whole, as docs/cut-report.schema.json says"
+           % (name, model, listed))
         torn, checked, listed, bad = res[False]
         ok(torn > 0 and listed == 0,
            "%s %s without atomic-write-max: the same stream tears %d of %d "
@@ -211,6 +226,8 @@ def report_lbas(name, make):
                                capture_output=True, text=True, timeout=60)
             try:
                 rep = json.loads(p.stdout)
+                if not valid(rep):
+                    rep = {}
                 got.append((rep["atomic"],
                             [(x["sector"], x["lba"], x["lbas"])
                              for x in rep["sectors"]]))
