@@ -576,7 +576,8 @@ lock:
     goto done;                  /* a zero that left no cut sector */
   /* Only a synchronous layer (the fault layer) has write_atomic. */
   if (__builtin_expect (d->write_atomic, 0) && atomic_write (d, q)) {
-    r = d->store->ops->write_atomic (d->store, sq->io, sq->n, fua);
+    r = d->store->ops->write_atomic (d->store, sq->io, sq->n, fua, q->len,
+                                     q->off);
     goto done;
   }
 last:

@@ -211,7 +211,8 @@ state (struct s4k_dev *d, uint64_t len, uint64_t off, int byte)
   return old ? 0 : new ? 1 : 2;
 }
 
-/* One atomic write as the report lists it: lba, lbas, sectors. */
+/* One atomic write as the report lists it: lba, lbas (the write's
+ * LBAs), sectors (the physical sectors it settles). */
 static bool
 reported (const char *rep, const struct s4k_dev *d, uint64_t len,
           uint64_t off, bool kept)
@@ -219,13 +220,10 @@ reported (const char *rep, const struct s4k_dev *d, uint64_t len,
   const struct s4k_geometry *g = s4k_dev_geometry (d);
   const uint64_t first = s4k_sector_index (g, off);
   const uint64_t last = s4k_sector_index (g, off + len - 1);
-  uint64_t s, e, s2;
-  s4k_sector_range (g, first, &s, &e);
-  s4k_sector_range (g, last, &s2, &e);
   char want[256];
   snprintf (want, sizeof want, "{\"lba\": %" PRIu64 ", \"lbas\": %" PRIu64
             ", \"sectors\": [%" PRIu64 ", %" PRIu64 "], \"outcome\": \"%s\"}",
-            s / g->logical, (e - s) / g->logical, first, last,
+            off / g->logical, len / g->logical, first, last,
             kept ? "kept" : "dropped");
   return strstr (rep, want) != NULL;
 }
