@@ -126,8 +126,8 @@ s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
   const uint64_t nr = (g->size + c->size - 1) / c->size;
   if (c->conventional >= nr) {
     snprintf (err, errlen, "zone-conventional=%" PRIu32 ": must leave a "
-              "sequential zone (the device has %" PRIu64 " zones of %s)",
-              c->conventional, nr, zs + strlen ("zone-size="));
+              "sequential zone (the device has %" PRIu64 " zones of %" PRIu64
+              " bytes)", c->conventional, nr, c->size);
     return -1;
   }
   if (nr > UINT32_MAX) {
