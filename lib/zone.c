@@ -71,6 +71,7 @@ s4k_zone_set (struct s4k_zone_config *c, const char *key, const char *value,
       return -1;
     }
     c->size = v;
+    snprintf (c->size_text, sizeof c->size_text, "%s", value);
   }
   else
     return 1;
@@ -107,8 +108,8 @@ s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
   if (dflt)
     c->size = S4K_ZONE_DEFAULT_SIZE;
   char zs[64];
-  snprintf (zs, sizeof zs, "zone-size=%" PRIu64 "%s", c->size,
-            dflt ? " (the default)" : "");
+  snprintf (zs, sizeof zs, "zone-size=%s", dflt ? "256M (the default)"
+                                                : c->size_text);
   /* Linux (blk_revalidate_disk_zones, sd_zbc) takes a power of two in
    * 512-byte sectors that fits its 32-bit chunk_sectors; the drive's own
    * writes are whole physical blocks. */
@@ -124,14 +125,15 @@ s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
     return -1;
   }
   const uint64_t nr = (g->size + c->size - 1) / c->size;
+  if (nr > UINT32_MAX) {
+    snprintf (err, errlen, "%s: more than 2^32 zones on size=%" PRIu64
+              ": give a larger zone-size=", zs, g->size);
+    return -1;
+  }
   if (c->conventional >= nr) {
     snprintf (err, errlen, "zone-conventional=%" PRIu32 ": must leave a "
               "sequential zone (the device has %" PRIu64 " zones of %" PRIu64
               " bytes)", c->conventional, nr, c->size);
-    return -1;
-  }
-  if (nr > UINT32_MAX) {
-    snprintf (err, errlen, "%s: more than 2^32 zones", zs);
     return -1;
   }
   if (c->model == S4K_ZONED_HOST_AWARE && (c->max_open || c->max_active)) {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "sect4k/sect4k.h"
+#include "sect4k/scsi.h"          /* the sense keys */
 
 /* ---- keys -------------------------------------------------------------- */
 
@@ -40,6 +41,7 @@ struct s4k_zone_config {
   const char *first_key;        /* the first zone-* key given, for the
                                    refusal without zoned= */
   char first_value[32];
+  char size_text[32];           /* zone-size= as given, for refusals */
 };
 
 /* 1 if key is not a zone key, else 0, or -1 with err filled (one line). */
@@ -126,8 +128,6 @@ enum s4k_zone_err {
   S4K_ZERR_MAX
 };
 
-#define S4K_SENSE_ILLEGAL_REQUEST 0x5
-#define S4K_SENSE_DATA_PROTECT 0x7
 /* The sense of err (positive, an enum s4k_zone_err): false if unknown. */
 bool s4k_zone_sense (int err, uint8_t *key, uint8_t *asc, uint8_t *ascq);
 /* Its ZBC-2 name and why, one short line. */

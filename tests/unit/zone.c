@@ -117,16 +117,16 @@ test_keys (void)
       "zone-size=lots: not a power of two (a number with an optional "
       "k/M/G suffix, e.g. 256M)" },
     { 1024 * MiB, 512, 4096, 0, "zoned=host-managed zone-size=2K",
-      "zone-size=2048: must be a multiple of physical=4096 and at most 1T "
+      "zone-size=2K: must be a multiple of physical=4096 and at most 1T "
       "(Linux's zone size limit)" },
     { 4ull << 40, 512, 4096, 0, "zoned=host-managed zone-size=2T",
-      "zone-size=2199023255552: must be a multiple of physical=4096 and at "
+      "zone-size=2T: must be a multiple of physical=4096 and at "
       "most 1T (Linux's zone size limit)" },
     { 1024 * MiB, 512, 4096, 0, "zoned=host-managed zone-size=2G",
-      "zone-size=2147483648: larger than the device (size=1073741824): "
+      "zone-size=2G: larger than the device (size=1073741824): "
       "give a smaller zone-size=" },
     { 128 * MiB, 512, 4096, 0, "zoned=host-managed",
-      "zone-size=268435456 (the default): larger than the device "
+      "zone-size=256M (the default): larger than the device "
       "(size=134217728): give a smaller zone-size=" },
     { 1024 * MiB, 512, 4096, 3584, "zoned=host-managed",
       "alignment-offset=3584: a zoned device has none (its zones start at "
@@ -147,6 +147,9 @@ test_keys (void)
     { 1024 * MiB, 512, 4096, 0, "zoned=host-aware zone-max-active=2",
       "zone-max-active=2: host-aware zones have no limit (ZBC-2 limits "
       "open zones of host-managed drives only)" },
+    { 1ull << 52, 4096, 4096, 0, "zoned=host-managed zone-size=4K",
+      "zone-size=4K: more than 2^32 zones on size=4503599627370496: give "
+      "a larger zone-size=" },
     { 1024 * MiB, 512, 4096, 0,
       "zoned=host-managed zone-max-open=3 zone-max-active=2",
       "zone-max-open=3: must be at most zone-max-active=2 (an open zone is "
