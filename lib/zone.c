@@ -104,15 +104,15 @@ s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
               g->alignment);
     return -1;
   }
-  const bool dflt = !c->size;
-  if (dflt)
+  if (!c->size) {
     c->size = S4K_ZONE_DEFAULT_SIZE;
+    snprintf (c->size_text, sizeof c->size_text, "256M (the default)");
+  }
   char zs[64];
-  snprintf (zs, sizeof zs, "zone-size=%s", dflt ? "256M (the default)"
-                                                : c->size_text);
-  /* Linux (blk_revalidate_disk_zones, sd_zbc) takes a power of two in
-   * 512-byte sectors that fits its 32-bit chunk_sectors; the drive's own
-   * writes are whole physical blocks. */
+  snprintf (zs, sizeof zs, "zone-size=%s", c->size_text);
+  /* Linux's sd_zbc_check_capacity takes a power of two of at most
+   * UINT_MAX 512-byte sectors; the drive's own writes are whole physical
+   * blocks. */
   if (c->size < g->physical || c->size % g->physical ||
       c->size > (1ull << 40)) {
     snprintf (err, errlen, "%s: must be a multiple of physical=%" PRIu32

@@ -133,6 +133,10 @@ bool s4k_zone_sense (int err, uint8_t *key, uint8_t *asc, uint8_t *ascq);
 /* Its ZBC-2 name and why, one short line. */
 const char *s4k_zone_strerror (int err);
 
+/* The zones of one device.  Thread-safe: one mutex guards them, taken
+ * by every call below for a short scan at most and never held across
+ * I/O or another lock, so a caller may hold its sector locks (lib/
+ * dev_plan.h) or none when it calls; docs/zoned.md "Concurrency". */
 struct s4k_zones;
 
 /* The zones of a device of geometry g laid out as c says (after

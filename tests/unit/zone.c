@@ -176,6 +176,11 @@ test_keys (void)
   ok (keys (&c, &g, "zoned=host-managed", err, sizeof err) == 0 &&
       c.size == 256 * MiB && c.conventional == 0 && !c.max_open,
       "zoned=host-managed: 256 MiB zones by default");
+  struct s4k_geometry g128 = geom (128 * MiB, 512, 4096);
+  ok (s4k_zone_finish (&c, &g128, err, sizeof err) == -1 &&
+      strcmp (err, "zone-size=256M (the default): larger than the device "
+              "(size=134217728): give a smaller zone-size=") == 0,
+      "finish again: the default named as such");
   ok (keys (&c, &g, "zoned=host-aware zone-size=64M zone-conventional=15",
             err, sizeof err) == 0 && c.size == 64 * MiB &&
       c.conventional == 15, "zoned=host-aware zone-size=64M "
