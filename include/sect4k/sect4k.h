@@ -154,8 +154,9 @@ int s4k_atomic_finish (struct s4k_atomic *a, const struct s4k_geometry *g,
   "                      0: no atomic writes).\n"                           \
   "atomic-write-min=SIZE Atomic granularity and alignment: a power of two,\n" \
   "                      a multiple of logical (default: physical).\n"     \
-  "atomic-write-boundary=SIZE  No atomic write crosses a multiple of it: a\n" \
-  "                      power of two >= atomic-write-max (default 0: none).\n" \
+  "atomic-write-boundary=SIZE  No write atomic by implicit crosses a\n" \
+  "                      multiple of it (WRITE ATOMIC(16) may): a power\n" \
+  "                      of two >= atomic-write-max (default 0: none).\n" \
   "atomic-writes=implicit|explicit  Every write that fits the limits is\n" \
   "                      atomic (default implicit), or only writes marked\n" \
   "                      atomic (SCSI WRITE ATOMIC(16)).\n"
