@@ -33,7 +33,7 @@ atomic_sysfs () {
 # sect4k's page has.  atomic_reference NAME WANT SCSI_DEBUG_ARGS...: sets
 # atomic_ref to what its sysfs shows.
 atomic_reference () {
-  local pfx="atomic: scsi_debug atomic_wr=1 $1 (reference)" want=$2 dev
+  local pfx="atomic: scsi_debug atomic_wr=1 $1 (reference)" name=$1 want=$2 dev
   shift 2
   atomic_ref=
   if ! insmod /modules/scsi_debug.ko dev_size_mb=16 atomic_wr=1 "$@" \
@@ -45,7 +45,7 @@ atomic_reference () {
   if [ -z "$dev" ]; then nok "$pfx: scsi_debug made a disk"; rmmod scsi_debug; return; fi
   atomic_ref=$(atomic_sysfs "/dev/$dev")
   is "$pfx: queue/atomic_write_max_bytes unit_min unit_max boundary" "$atomic_ref" "$want"
-  [ "$1" != 4kn ] || atomic_lba3 "$pfx" "/dev/$dev"
+  [ "$name" != 4kn ] || atomic_lba3 "$pfx" "/dev/$dev"
   rmmod scsi_debug
 }
 
