@@ -61,15 +61,14 @@ struct s4k_scsi_lun {
 };
 
 /* The atomic write limits in logical blocks, as the Block Limits page
- * states them and WRITE ATOMIC(16) enforces (p.atomic.max 0: none).  The
- * engine's atomic unit is naturally aligned (s4k_atomic_fits: a write
- * fits within one max-aligned unit, as NVMe's AWUPF with NABSPF and
- * Linux's power-of-two, naturally aligned RWF_ATOMIC writes): SBC-4 has
- * no field for that, nor for a boundary no write may cross (Linux's
- * atomic_write_boundary_bytes, which sd.c sets to 0), so WRITE ATOMIC(16)
- * refuses a write that crosses a multiple of the maximum or of the
- * boundary (at least the maximum).  A boundary below the maximum, which
- * the configuration refuses, would lower the maximum to it. */
+ * states them and WRITE ATOMIC(16) enforces (p.atomic.max 0: none):
+ * every write they allow is atomic (s4k_atomic_allowed), wherever it
+ * lies.  SBC-4 has no field for a naturally aligned unit nor for a
+ * boundary no write may cross (Linux's atomic_write_boundary_bytes,
+ * which sd.c sets to 0), so neither applies to WRITE ATOMIC(16); the
+ * engine keeps them for implicit atomicity (s4k_atomic_fits).  A
+ * boundary below the maximum, which the configuration refuses, would
+ * lower the maximum to it. */
 static inline uint32_t
 atomic_max_blocks (const struct s4k_scsi_lun *lun)
 {

@@ -3,8 +3,10 @@
  * scripts/bench/engine-ir runs it under callgrind for N and 3N requests:
  * the difference over 2N is the engine's instructions per request.
  *
- * usage: bench-engine N write4k|read4k|rmw512 [KEY=VALUE...]
- * (extra keys, e.g. write-cache=true, to measure what they cost) */
+ * usage: bench-engine N write4k|read4k|rmw512|write16k|read16k|read64k
+ *        [KEY=VALUE...]
+ * (extra keys, e.g. write-cache=true or atomic-write-max=16K, to measure
+ * what they cost; the 16k and 64k requests lie at multiples of 16 KiB) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +19,8 @@ int
 main (int argc, char **argv)
 {
   if (argc < 3) {
-    fprintf (stderr, "usage: bench-engine N write4k|read4k|rmw512 "
-             "[KEY=VALUE...]\n");
+    fprintf (stderr, "usage: bench-engine N write4k|read4k|rmw512|"
+             "write16k|read16k|read64k [KEY=VALUE...]\n");
     return 2;
   }
   unsigned n = atoi (argv[1]);
@@ -46,7 +48,7 @@ fail:
     fprintf (stderr, "bench-engine: %s\n", err);
     return 1;
   }
-  static char fill[1 << 20], buf[4096];
+  static char fill[1 << 20], buf[65536];
   memset (fill, 0x5a, sizeof fill);
   for (unsigned off = 0; off < SIZE; off += sizeof fill)
     if (s4k_write (d, fill, sizeof fill, off, 0))
@@ -55,8 +57,12 @@ fail:
   for (unsigned i = 0; i < n; i++) {
     x ^= x << 13; x ^= x >> 7; x ^= x << 17;
     uint64_t off = x % (SIZE / 4096 - 1) * 4096;
+    uint64_t off16 = x % (SIZE / 16384 - 4) * 16384;
     int r = !strcmp (op, "write4k") ? s4k_write (d, buf, 4096, off, 0)
           : !strcmp (op, "read4k") ? s4k_read (d, buf, 4096, off)
+          : !strcmp (op, "write16k") ? s4k_write (d, buf, 16384, off16, 0)
+          : !strcmp (op, "read16k") ? s4k_read (d, buf, 16384, off16)
+          : !strcmp (op, "read64k") ? s4k_read (d, buf, 65536, off16)
           : s4k_write (d, buf, 512, off + 512, 0);
     if (r) {
       fprintf (stderr, "bench-engine: %s: %s\n", op, s4k_strerror (-r));

@@ -124,9 +124,7 @@ check_op (const struct s4k_scsi_op *op, uint8_t opcode, bool readonly,
     CHECK (op->buf && (op->flags & ~(S4K_FUA | S4K_ATOMIC)) == 0);
     CHECK (!(op->flags & S4K_ATOMIC) == (opcode != 0x9c));
     if (op->flags & S4K_ATOMIC)
-      CHECK (a->max && op->len <= a->max && op->off % a->min == 0 &&
-             op->len % a->min == 0 &&
-             op->off / a->max == (op->off + op->len - 1) / a->max);
+      CHECK (s4k_atomic_allowed (a, op->len, op->off));
     break;
   case S4K_SCSI_OP_ZERO:
     CHECK (!op->buf && (op->flags & ~S4K_MAY_TRIM) == 0);
