@@ -1,7 +1,7 @@
 # make bench: sect4k beside nbdkit's own plugins (null, memory,
 # memory+blocksize, file) in one run; writes the results table into
 # BENCHMARKS.md and the queue-depth plot next to it.  Not part of check.
-#   BENCH_QUICK=1   three repetitions, fewer requests (about 3 minutes)
+#   BENCH_QUICK=1   three repetitions, fewer requests
 #   BENCH_REPS=N, BENCH_RUNTIME=SECONDS   override the defaults (11, 0.3)
 .PHONY: bench
 bench: $(PLUGIN)
