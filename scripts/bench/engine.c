@@ -67,17 +67,23 @@ fail:
   }
   static char fill[1 << 20], buf[16384];
   const uint64_t size = s4k_dev_geometry (d)->size;
+  int rc = 0;
   if (!size || size % sizeof fill) {
     fprintf (stderr, "bench-engine: size=%" PRIu64 ": not a multiple of 1 MiB\n",
              size);
-    return 2;
+    rc = 2;
+    goto out;
   }
   memset (fill, 0x5a, sizeof fill);
   /* All but the last physical sector: a whole write would repair it. */
   for (uint64_t off = 0; off < size; off += sizeof fill) {
     size_t l = off + sizeof fill < size ? sizeof fill : sizeof fill - 4096;
-    if (s4k_write (d, fill, l, off, 0))
-      return 1;
+    int r = s4k_write (d, fill, l, off, 0);
+    if (r) {
+      fprintf (stderr, "bench-engine: prefill: %s\n", s4k_strerror (-r));
+      rc = 1;
+      goto out;
+    }
   }
   uint64_t x = 88172645463325252ull;
   for (unsigned i = 0; i < n; i++) {
@@ -87,9 +93,11 @@ fail:
     int r = rd ? s4k_read (d, buf, len, off) : s4k_write (d, buf, len, off, 0);
     if (r) {
       fprintf (stderr, "bench-engine: %s: %s\n", op, s4k_strerror (-r));
-      return 1;
+      rc = 1;
+      break;
     }
   }
+out:
   s4k_dev_close (d);
-  return 0;
+  return rc;
 }
