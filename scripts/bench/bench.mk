@@ -10,9 +10,10 @@ bench: $(PLUGIN)
 	  --command 'make bench'
 
 # make bench-engine: the engine's instructions per request, no nbdkit
-# (callgrind, 60 runs: about 1 minute, 2-3 under load).  Part of `make
-# bench`.  Its program is built with the tests: tests/bench/engine.t runs
-# every case once, without valgrind, so that it does not rot.
+# (callgrind, 60 runs: about a minute of CPU, 4 minutes wall at a load
+# average of 8 on 2 cores).  Part of `make bench`.  Its program is built
+# with the tests: tests/bench/engine.t runs every case once, without
+# valgrind, so that it does not rot.
 .PHONY: bench-engine
 bench: bench-engine
 test-progs: $(B)/bench-engine
