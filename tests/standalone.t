@@ -77,7 +77,7 @@ for u in sorted(users):
 ls = subprocess.run(["git", "-C", ROOT, "ls-files"], capture_output=True,
                     text=True)
 if ls.returncode:
-    tap.skip("no tracked file but crashlib.py and the docs names ../shared",
+    tap.skip("no tracked file but crashlib.py and the docs name ../shared",
              "not a git checkout")
 else:
     bad = []
@@ -90,6 +90,6 @@ else:
         with open(path, "rb") as fh:
             if b"../shared" in fh.read():
                 bad.append(f)
-    tap.ok(not bad, "no tracked file but crashlib.py and the docs names ../shared%s"
+    tap.ok(not bad, "no tracked file but crashlib.py and the docs name ../shared%s"
            % (": " + ", ".join(bad) if bad else ""))
 tap.done_testing()
