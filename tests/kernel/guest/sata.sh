@@ -86,8 +86,8 @@ sata_case () {
   is "$pfx: smartctl -A: Offline_Uncorrectable 3" \
     "$(printf '%s\n' "$out" | awk '$1 == 198 { print $2, $NF }')" "Offline_Uncorrectable 3"
   # A whole-sector write repairs (reallocates) the sector at LBA 100.
-  dd if=/dev/zero of="$dev" bs=$L seek=$(( ((100 * L - A) / P * P + A) / L )) count=$(( P / L )) \
-    oflag=direct conv=notrunc status=none
+  dd if=/dev/zero of="$dev" bs=$P seek=$(( (100 * L - A) / P * P + A )) count=1 \
+    oflag=direct,seek_bytes conv=notrunc status=none
   out=$(/opt/bin/smartctl -A -d sat "$dev" 2>&1)
   is "$pfx: after a write over LBA 100: Reallocated_Sector_Ct 1, pending 2" \
     "$(printf '%s\n' "$out" | awk '$1 == 5 || $1 == 197 { printf "%s ", $NF }')" "1 2 "
