@@ -33,6 +33,7 @@ sata_case () {
   # sector) times the logical size.
   off=$(( (P - A) % P ))
   out=$(/opt/bin/hdparm -I "$dev" 2>&1)
+  printf '%s\n' "$out" | grep -e 'Sector size' -e 'Sector-0' > "/tmp/sata-$name.geo"
   says "$pfx: hdparm -I: logical $L, physical $P, Sector-0 offset $off bytes" "$out" \
     'ATA device' "Logical  Sector size: *$L bytes" "Physical Sector size: *$P bytes" \
     "Logical Sector-0 offset: *$off bytes" "LBA48  user addressable sectors: *$(( $(scsi_bytes $SCSI_SIZE) / L ))\$" \
@@ -96,6 +97,34 @@ sata_case () {
   scsi_stop "$pfx"
 }
 
+# sata_reference: qemu's AHCI disk (logical 512, physical 4096) through
+# libata: hdparm -I prints the geometry lines sect4k's 512e disk printed.
+sata_reference () {
+  local m dev out
+  for m in libata libahci ahci; do
+    [ ! -f /modules/$m.ko ] || insmod /modules/$m.ko 2>/dev/null
+  done
+  wait_for 30 sh -c 'grep -l "QEMU HARDDISK" /sys/block/sd*/device/model >/dev/null 2>&1'
+  dev=$(grep -l 'QEMU HARDDISK' /sys/block/sd*/device/model 2>/dev/null | head -n 1 | cut -d/ -f4)
+  if [ -z "$dev" ]; then
+    nok "sata reference: libata attached qemu's AHCI disk"
+  else
+    ok "sata reference: libata attached qemu's AHCI disk as /dev/$dev"
+    out=$(/opt/bin/hdparm -I "/dev/$dev" 2>&1)
+    diag "$(printf '%s\n' "$out" | grep -e 'Sector size' -e 'Sector-0' | sed 's/^[[:space:]]*/sata reference: hdparm -I: /')"
+    # qemu leaves word 209 (alignment) invalid: hdparm prints no
+    # Sector-0 offset for it; the sector size lines must be the same.
+    is "sata reference: hdparm -I sector size lines of the AHCI disk (512/4096) equal sect4k 512e's" \
+      "$(printf '%s\n' "$out" | grep -e 'Sector size')" "$(grep -e 'Sector size' /tmp/sata-512e.geo 2>/dev/null)"
+    says "sata reference: sect4k's 512e says Sector-0 offset 0 (word 209 valid), qemu's nothing" \
+      "$(cat /tmp/sata-512e.geo; printf '%s\n' "$out" | grep -c 'Sector-0' | sed 's/^/qemu: /')" \
+      'Logical Sector-0 offset: *0 bytes' '^qemu: 0$'
+    is "sata reference: the kernel's logical/physical/alignment 512/4096/0" \
+      "$(cat /sys/block/$dev/queue/logical_block_size)/$(cat /sys/block/$dev/queue/physical_block_size)/$(cat /sys/block/$dev/alignment_offset)" "512/4096/0"
+  fi
+  for m in ahci libahci libata; do rmmod $m 2>/dev/null; done
+}
+
 suite_sata () {
   local t0=$(date +%s) name L P A keys out rc
   for t in hdparm smartctl sg_sat_identify; do sata_tool $t || return; done
@@ -118,5 +147,6 @@ suite_sata () {
     nok "sata: interface=scsi disk"
   fi
   tidy "sata interface=scsi"
+  sata_reference
   diag "sata: the suite took $(( $(date +%s) - t0 )) s"
 }
