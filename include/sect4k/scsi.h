@@ -184,7 +184,10 @@ struct s4k_scsi_cmd {
   /* The result, valid once s4k_scsi_exec or s4k_scsi_done returned 0. */
   uint8_t status;             /* S4K_SCSI_GOOD or _CHECK_CONDITION */
   uint8_t sense[S4K_SCSI_SENSE_MAX];
-  uint32_t sense_len;         /* 0 with GOOD, else S4K_SCSI_SENSE_LEN */
+  uint32_t sense_len;         /* 0 with GOOD, else S4K_SCSI_SENSE_LEN
+                                 (fixed format), or 22: descriptor sense
+                                 with the ATA Status Return descriptor
+                                 (ATA PASS-THROUGH, p.sata) */
   uint64_t data_in_len;       /* data-in bytes at the start of the
                                  caller's data buffer (the residual is
                                  what the initiator expected minus this) */
