@@ -203,6 +203,8 @@ struct s4k_config {
   bool stats_count;           /* count requests: set by config_finish when
                                  statsfile= or stats= asks for them */
   struct s4k_fault_config fault;
+  bool sata;                  /* interface=sata: the SCSI disk (--scsi) is
+                                 a SATA drive behind a SATL */
   const char *write_log;      /* write-log=: the log of every write, flush
                                  and mark (include/sect4k/wlog.h) */
   const char *name;           /* export name (export=), NULL if unnamed;
@@ -563,6 +565,10 @@ int s4k_dev_bad_add (struct s4k_dev *d, uint64_t first_lba,
                      uint64_t last_lba, char *err, size_t errlen);
 int s4k_dev_bad_remove (struct s4k_dev *d, uint64_t first_lba,
                         uint64_t last_lba, char *err, size_t errlen);
+/* Physical sectors bad now, and bad ones a write has repaired since the
+ * device opened (0 and 0 without the fault layer): SMART's counts. */
+void s4k_dev_bad_counts (struct s4k_dev *d, uint64_t *bad,
+                         uint64_t *repaired);
 /* One line "FIRST-LAST" (LBAs) per run of bad sectors. */
 int s4k_dev_bad_list (struct s4k_dev *d, FILE *fp);
 /* key=value lines: geometry, cache fill, cuts. */
