@@ -59,6 +59,7 @@ struct s4k_dev {
   bool write_atomic;            /* atomic writes go to the store's
                                    write_atomic (the fault layer's) */
   _Atomic uint64_t *losses;     /* the store's (under any layer) */
+  bool volatile_store;          /* memory: no geometry outlives the device */
 };
 
 #endif

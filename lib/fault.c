@@ -333,6 +333,16 @@ fault_stop (struct s4k_fault *f)
   f->control = NULL;
 }
 
+void
+fault_set_logical (struct s4k_fault *f, uint32_t logical)
+{
+  /* Under the layer's lock, as the control socket's LBA commands and the
+   * torn-write plans read it. */
+  pthread_mutex_lock (&f->m);
+  f->g.logical = logical;
+  pthread_mutex_unlock (&f->m);
+}
+
 /* ---- run time ---------------------------------------------------------- */
 
 void

@@ -20,6 +20,8 @@ struct s4k_store *fault_wrap (struct s4k_store *inner,
 void fault_start (struct s4k_fault *f, struct s4k_dev *d);
 /* Before the store closes: stops the thread. */
 void fault_stop (struct s4k_fault *f);
+/* The device's logical size changed (s4k_dev_set_logical). */
+void fault_set_logical (struct s4k_fault *f, uint32_t logical);
 /* The device's layer, or NULL (dev.c). */
 struct s4k_fault *dev_fault (const struct s4k_dev *d);
 

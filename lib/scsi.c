@@ -51,6 +51,7 @@ s4k_scsi_params_init (struct s4k_scsi_params *p, const struct s4k_geometry *g,
   p->geom = *g;
   p->max_request = max_request;
   p->lbprz = true;
+  p->format_lengths = 1u << __builtin_ctz (g->logical);
   p->rotation_rate = 1;         /* no timing model: non-rotating */
   snprintf (p->vendor, sizeof p->vendor, "SECT4K");
   /* The model as the presets name it, else LxP (+A). */
@@ -105,12 +106,13 @@ lun_shift (const struct s4k_geometry *g)
   return (unsigned) __builtin_ctz (g->logical);
 }
 
-struct s4k_scsi_lun *
-s4k_scsi_lun_new (const struct s4k_scsi_params *p, char *err, size_t errlen)
+/* The rules a LUN's parameters keep: 0, or -1 with err filled. */
+int
+scsi_lun_check (const struct s4k_scsi_params *p, char *err, size_t errlen)
 {
   const struct s4k_geometry *g = &p->geom;
   if (s4k_geometry_check (g, err, errlen) == -1)
-    return NULL;
+    return -1;
   const uint32_t ratio = g->physical / g->logical;
   /* READ CAPACITY(16) has 4 bits for the exponent, 14 for the lowest
    * aligned LBA. */
@@ -118,12 +120,12 @@ s4k_scsi_lun_new (const struct s4k_scsi_params *p, char *err, size_t errlen)
     snprintf (err, errlen, "physical=%" PRIu32 " logical=%" PRIu32 ": SCSI "
               "cannot state more than 32768 logical blocks per physical "
               "block", g->physical, g->logical);
-    return NULL;
+    return -1;
   }
   if (s4k_lowest_aligned (g) > 0x3fff) {
     snprintf (err, errlen, "alignment-offset=%" PRIu32 ": SCSI cannot state "
               "a lowest aligned LBA above 16383", g->alignment);
-    return NULL;
+    return -1;
   }
   /* ATA has 14 bits for LBA 0's offset (word 209), 48 for the
    * capacity. */
@@ -131,17 +133,17 @@ s4k_scsi_lun_new (const struct s4k_scsi_params *p, char *err, size_t errlen)
     snprintf (err, errlen, "alignment-offset=%" PRIu32 ": ATA cannot state "
               "LBA 0 more than 16383 logical sectors into its physical "
               "sector (IDENTIFY word 209)", g->alignment);
-    return NULL;
+    return -1;
   }
   if (p->sata && (g->size >> lun_shift (g)) >> 48) {
     snprintf (err, errlen, "size=%" PRIu64 ": ATA addresses at most 2^48 "
               "logical sectors", g->size);
-    return NULL;
+    return -1;
   }
   if (p->max_request < g->logical) {
     snprintf (err, errlen, "max-request=%" PRIu32 ": smaller than logical=%"
               PRIu32, p->max_request, g->logical);
-    return NULL;
+    return -1;
   }
   const struct s4k_atomic *a = &p->atomic;
   if (a->max && (a->max % g->logical || a->min % g->logical ||
@@ -151,8 +153,17 @@ s4k_scsi_lun_new (const struct s4k_scsi_params *p, char *err, size_t errlen)
               "limits in logical blocks of %" PRIu32 " bytes, at most "
               "max-request=%" PRIu32, a->max, a->min, a->boundary,
               g->logical, p->max_request);
-    return NULL;
+    return -1;
   }
+  return 0;
+}
+
+struct s4k_scsi_lun *
+s4k_scsi_lun_new (const struct s4k_scsi_params *p, char *err, size_t errlen)
+{
+  if (scsi_lun_check (p, err, errlen) == -1)
+    return NULL;
+  const struct s4k_geometry *g = &p->geom;
   struct s4k_scsi_lun *lun = calloc (1, sizeof *lun);
   if (!lun) {
     snprintf (err, errlen, "out of memory");
@@ -162,6 +173,7 @@ s4k_scsi_lun_new (const struct s4k_scsi_params *p, char *err, size_t errlen)
   lun->lshift = __builtin_ctz (g->logical);
   lun->blocks = g->size >> lun->lshift;
   lun->ua = POWER_ON_RESET;     /* a disk just attached */
+  scsi_format_lengths_check (lun);
   return lun;
 }
 
@@ -241,6 +253,8 @@ static const struct command commands[] = {
     { 0xff, 0, 0, 0, 0, 0 } },
   { 0x03, -1, 6, true, "REQUEST SENSE", scsi_cmd_request_sense,
     { 0xff, 0, 0, 0, 0xff, 0 } },
+  { 0x04, -1, 6, false, "FORMAT UNIT", scsi_cmd_format_unit,
+    { 0xff, 0x3f, 0, 0, 0x03, 0 } },
   { 0x08, -1, 6, false, "READ(6)", scsi_cmd_rw6, { 0xff, 0x1f, 0xff, 0xff, 0xff, 0 } },
   { 0x0a, -1, 6, false, "WRITE(6)", scsi_cmd_rw6, { 0xff, 0x1f, 0xff, 0xff, 0xff, 0 } },
   { 0x12, -1, 6, true, "INQUIRY", scsi_cmd_inquiry, { 0xff, 0x01, 0xff, 0xff, 0xff, 0 } },
@@ -482,6 +496,8 @@ s4k_scsi_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
 {
   if (cmd->nops == 0)           /* complete already */
     return 0;
+  if (cmd->priv.kind == KIND_FORMAT)
+    return scsi_format_done (lun, cmd, failed, r, cuts);
   const bool salvaging = cmd->priv.salvage_end != 0;
   if (failed >= cmd->nops)
     r = 0;

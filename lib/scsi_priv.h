@@ -8,6 +8,8 @@
  *                 WRITE ATOMIC;
  *   scsi_ata.c    the SATA identity (interface=sata): VPD page 89h, ATA
  *                 PASS-THROUGH;
+ *   scsi_format.c FORMAT UNIT with a new block length from MODE SELECT
+ *                 (sector-size conversion in place), VPD page B4h;
  *   scsi_sense.c  sense data: building it, the sense for an engine
  *                 error, parsing and naming it. */
 #ifndef S4K_SCSI_PRIV_H
@@ -47,6 +49,8 @@ enum {
   SPACE_ALLOCATION_FAILED = ASC (0x27, 0x07),
   POWER_ON_RESET = ASC (0x29, 0x00),
   POWER_ON_OCCURRED = ASC (0x29, 0x01),
+  CAPACITY_DATA_HAS_CHANGED = ASC (0x2a, 0x09),
+  FORMAT_COMMAND_FAILED = ASC (0x31, 0x01),
   SAVING_PARAMETERS_NOT_SUPPORTED = ASC (0x39, 0x00),
   INTERNAL_TARGET_FAILURE = ASC (0x44, 0x00),
   INSUFFICIENT_RESOURCES = ASC (0x55, 0x03),
@@ -60,6 +64,8 @@ struct s4k_scsi_lun {
   unsigned lshift;              /* log2 (L) */
   unsigned cuts;                /* power-cut count last seen */
   uint16_t ua;                  /* pending UNIT ATTENTION (asc/ascq), or 0 */
+  uint32_t pending_length;      /* MODE SELECT's block length for the next
+                                   FORMAT UNIT, or 0: the current one */
 };
 
 /* The atomic write limits in logical blocks, as the Block Limits page
@@ -112,7 +118,7 @@ struct ctx {
 typedef unsigned handler (struct ctx *x);
 
 /* What s4k_scsi_done finishes once the ops ran (cmd->priv.kind). */
-enum { KIND_PLAIN, KIND_READ, KIND_VERIFY, KIND_ATA };
+enum { KIND_PLAIN, KIND_READ, KIND_VERIFY, KIND_ATA, KIND_FORMAT };
 
 struct command {
   uint8_t opcode;
@@ -125,6 +131,10 @@ struct command {
 };
 
 /* ---- scsi.c --------------------------------------------------------------- */
+
+/* The rules a LUN's parameters keep: 0, or -1 with err filled. */
+int scsi_lun_check (const struct s4k_scsi_params *p, char *err,
+                    size_t errlen);
 
 /* Data-in of a command that completes here: n bytes of buf, cut to the
  * allocation length and to the caller's buffer. */
@@ -174,6 +184,23 @@ unsigned scsi_ata_done (struct s4k_scsi_cmd *cmd);
 /* Where LBA 0 lies in its physical sector, in logical sectors (IDENTIFY
  * word 209). */
 uint32_t scsi_ata_lba0_offset (const struct s4k_geometry *g);
+/* scsi_format.c: FORMAT UNIT, and the block length MODE SELECT chose. */
+handler scsi_cmd_format_unit;
+/* Drops from p.format_lengths what this LUN's other parameters forbid. */
+void scsi_format_lengths_check (struct s4k_scsi_lun *lun);
+/* The block length MODE SENSE states (the one the next FORMAT UNIT
+ * takes). */
+uint32_t scsi_format_length (const struct s4k_scsi_lun *lun);
+/* MODE SELECT's block descriptor asks for length bl: false if the LUN
+ * cannot take it; else it is what the next FORMAT UNIT formats with. */
+bool scsi_format_supported (const struct s4k_scsi_lun *lun, uint32_t bl);
+void scsi_format_select (struct s4k_scsi_lun *lun, uint32_t bl);
+/* The Supported Block Lengths And Protection Types VPD page (B4h) into
+ * b; its length. */
+size_t scsi_format_vpd_b4 (const struct s4k_scsi_lun *lun, uint8_t *b);
+/* FORMAT UNIT's ops ran (s4k_scsi_done). */
+unsigned scsi_format_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
+                           unsigned failed, int r, unsigned cuts);
 /* VERIFY with BYTCHK, once its reads ran: the medium against the
  * data-out. */
 unsigned scsi_verify_compare (struct s4k_scsi_lun *lun,

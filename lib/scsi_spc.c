@@ -16,7 +16,7 @@ pad_copy (uint8_t *dst, const char *src, size_t n)
 
 /* -- INQUIRY -- */
 
-static const uint8_t vpd_pages[] = { 0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2 };
+static const uint8_t vpd_pages[] = { 0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2, 0xb4 };
 
 static size_t
 vpd_page (const struct s4k_scsi_lun *lun, uint8_t page, uint8_t *b)
@@ -97,6 +97,9 @@ vpd_page (const struct s4k_scsi_lun *lun, uint8_t page, uint8_t *b)
     /* LBPU, LBPWS, LBPWS10, LBPRZ 001b */
     b[5] = 0x80 | 0x40 | 0x20 | (p->lbprz ? 0x04 : 0);
     b[6] = 0x02;                /* thin provisioned */
+    break;
+  case 0xb4:                    /* supported block lengths */
+    n = scsi_format_vpd_b4 (lun, b);
     break;
   default:
     return 0;
@@ -214,15 +217,18 @@ mode_sense (struct ctx *x, bool ten)
   b[ten ? 3 : 2] = (lun->p.readonly ? 0x80 : 0) | 0x10;
   if (!dbd) {
     const size_t bd = llbaa ? 16 : 8;
+    /* The length MODE SELECT chose, in effect from the next FORMAT
+     * UNIT, with the blocks it gives. */
+    const uint32_t bl = scsi_format_length (lun);
+    const uint64_t blocks = g->size / bl;
     if (llbaa) {
       b[4] = 0x01;              /* LONGLBA */
-      put64 (b + n, lun->blocks);
-      put32 (b + n + 12, g->logical);
+      put64 (b + n, blocks);
+      put32 (b + n + 12, bl);
     }
     else {
-      put32 (b + n, lun->blocks > 0xffffffff ? 0xffffffff
-                                             : (uint32_t) lun->blocks);
-      put32 (b + n + 4, g->logical & 0xffffff);
+      put32 (b + n, blocks > 0xffffffff ? 0xffffffff : (uint32_t) blocks);
+      put32 (b + n + 4, bl & 0xffffff);
     }
     if (ten)
       put16 (b + 6, (uint16_t) bd);
@@ -249,15 +255,18 @@ mode_sense (struct ctx *x, bool ten)
 unsigned scsi_cmd_mode_sense6 (struct ctx *x) { return mode_sense (x, false); }
 unsigned scsi_cmd_mode_sense10 (struct ctx *x) { return mode_sense (x, true); }
 
-/* MODE SELECT changes nothing (every field reads as not changeable in
+/* MODE SELECT changes no page (every field reads as not changeable in
  * MODE SENSE): a parameter list that repeats the current values is
  * accepted, any other value is refused, as drives with fixed settings
- * do. */
+ * do.  The block descriptor's BLOCK LENGTH may name another length the
+ * LUN supports (p.format_lengths), which the next FORMAT UNIT applies;
+ * NUMBER OF LOGICAL BLOCKS is ignored (capacity is not changeable). */
 static unsigned
 mode_select (struct ctx *x, bool ten)
 {
   const uint8_t *c = x->cdb;
-  const struct s4k_scsi_lun *lun = x->lun;
+  struct s4k_scsi_lun *lun = x->lun;
+  uint32_t bl = 0;
   const size_t len = ten ? get16 (c + 7) : c[4];
   const size_t hdr = ten ? 8 : 4;
   if (len == 0)
@@ -276,9 +285,8 @@ mode_select (struct ctx *x, bool ten)
     if (hdr + bdl > len)
       return scsi_fail (x->cmd, S4K_SENSE_ILLEGAL_REQUEST,
                         PARAMETER_LIST_LENGTH_ERROR);
-    const uint32_t bl = longlba ? get32 (d + hdr + 12)
-                                : get32 (d + hdr + 4) & 0xffffff;
-    if (bl != lun->p.geom.logical)
+    bl = longlba ? get32 (d + hdr + 12) : get32 (d + hdr + 4) & 0xffffff;
+    if (!scsi_format_supported (lun, bl))
       return scsi_bad_param (x->cmd, (int) (hdr + (longlba ? 12 : 5)), -1);
     i += bdl;
   }
@@ -302,6 +310,8 @@ mode_select (struct ctx *x, bool ten)
         return scsi_bad_param (x->cmd, (int) (i + j), -1);
     i += pl;
   }
+  if (bl)
+    scsi_format_select (lun, bl);
   return scsi_good (x->cmd);
 }
 

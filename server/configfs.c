@@ -303,6 +303,7 @@ make_backstore (struct scsi_front *f, size_t i, bool readonly, bool verbose,
   p.readonly = p.readonly || readonly || s4k_dev_readonly (dev);
   p.bad_counts = lun_bad_counts;
   p.bad_opaque = dev;
+  s4k_scsi_params_formats (&p, dev);    /* sg_format --size: 512e <-> 4Kn */
   char e2[256];
   if (!(u->lun = s4k_scsi_lun_new (&p, e2, sizeof e2))) {
     fmt (err, errlen, "--scsi: export %s: %s", u->x->name, e2);

@@ -79,6 +79,10 @@ run_op (struct tcmu_ring *ring, const struct s4k_scsi_op *op, uint64_t *due)
     [S4K_SCSI_OP_FLUSH] = S4K_OP_FLUSH,
   };
   int r;
+  if (op->kind == S4K_SCSI_OP_SET_LOGICAL)
+    /* FORMAT UNIT: this ring's commands run one at a time, so none of
+     * its own is in flight. */
+    return s4k_dev_set_logical (dev, (uint32_t) op->len);
   if (op->kind > S4K_SCSI_OP_FLUSH)
     return -EINVAL;
   const uint64_t tag = s4k_client_begin (dev, &ring->client, kinds[op->kind],

@@ -115,6 +115,11 @@ struct s4k_scsi_params {
   void (*bad_counts) (void *opaque, uint64_t *pending,
                       uint64_t *reallocated);
   void *bad_opaque;
+  uint32_t format_lengths;    /* the logical block lengths FORMAT UNIT can
+                                 take (MODE SELECT's block descriptor, VPD
+                                 page B4h): bit n for 2^n bytes.  The
+                                 current one always; others with
+                                 s4k_scsi_params_formats */
   char vendor[9];             /* INQUIRY T10 vendor: "SECT4K" ("ATA" with
                                  sata) */
   char product[17];           /* INQUIRY product, e.g. "sect4k 512e" */
@@ -142,6 +147,13 @@ void s4k_scsi_params_from_config (struct s4k_scsi_params *p,
                                   const struct s4k_geometry *g,
                                   uint32_t max_request);
 
+/* Adds to p->format_lengths the lengths 512 and 4096 that device d can
+ * switch to in place (s4k_dev_logical_ok): a "fast format" drive's 512e
+ * <-> 4Kn.  The LUN then takes them from MODE SELECT's block descriptor
+ * and applies them with FORMAT UNIT, which erases the data. */
+void s4k_scsi_params_formats (struct s4k_scsi_params *p,
+                              const struct s4k_dev *d);
+
 struct s4k_scsi_lun;
 /* NULL with err filled if the parameters break a rule (geometry). */
 struct s4k_scsi_lun *s4k_scsi_lun_new (const struct s4k_scsi_params *p,
@@ -165,6 +177,9 @@ enum s4k_scsi_op_kind {
   S4K_SCSI_OP_ZERO,           /* s4k_zero (len, off, flags) */
   S4K_SCSI_OP_TRIM,           /* s4k_trim (len, off, flags) */
   S4K_SCSI_OP_FLUSH,          /* s4k_flush () */
+  S4K_SCSI_OP_SET_LOGICAL,    /* s4k_dev_set_logical (len): FORMAT UNIT
+                                 with a new block length (buf NULL, off 0,
+                                 len the new logical size) */
 };
 
 struct s4k_scsi_op {

@@ -336,6 +336,23 @@ const char *s4k_dev_name (const struct s4k_dev *d);
 const struct s4k_atomic *s4k_dev_atomic (const struct s4k_dev *d);
 void s4k_dev_set_debug (struct s4k_dev *d, unsigned mask,
                         s4k_debug_fn *fn, void *opaque);
+/* Sector-size conversion in place (SCSI FORMAT UNIT with a new block
+ * length, issue 34): whether the device can take logical size L, 0 or a
+ * -errno with the reason in err: -EINVAL when the geometry forbids it
+ * (L not a power of two from 512 up to the physical size, the alignment
+ * offset or the size not a multiple of L), -ENOTSUP when the geometry
+ * would not survive the device (file= and upstream= keep the data but not
+ * the geometry, which the next start takes from its keys; write-log=
+ * records one geometry). */
+int s4k_dev_logical_ok (const struct s4k_dev *d, uint32_t logical,
+                        char *err, size_t errlen);
+/* Switches the logical size to L (s4k_dev_logical_ok first): the physical
+ * sectors, the alignment and so the sector locks stay as they are; what
+ * follows the logical size (strict's alignment check, the fault layer's
+ * LBAs and torn writes, the statistics' aligned-logical count, extents)
+ * follows the new one.  The caller has no request of its own in flight;
+ * another front end's request in flight sees the old size or the new. */
+int s4k_dev_set_logical (struct s4k_dev *d, uint32_t logical);
 /* Export description, e.g. "512e: logical 512, physical 4096, alignment
  * offset 3584 (lowest aligned LBA 7)". */
 void s4k_dev_describe (const struct s4k_dev *d, char *buf, size_t len);

@@ -560,7 +560,7 @@ test_scsi_default (void)
   clear_ua (&t);
   inq[2] = 0;
   run (&t, inq, 6, buf, sizeof buf);
-  ok (buf[3] == 7 && buf[4 + 3] == 0x89 && buf[4 + 4] == 0xb0,
+  ok (buf[3] == 8 && buf[4 + 3] == 0x89 && buf[4 + 4] == 0xb0,
       "interface=sata: 00h lists 89h before B0h");
   uint8_t std[6] = { 0x12, 0, 0, 0, 36, 0 };
   run (&t, std, 6, buf, sizeof buf);

@@ -95,7 +95,7 @@ static bool
 writes (uint8_t op)
 {
   return op == 0x0a || op == 0x2a || op == 0xaa || op == 0x8a ||
-         op == 0x41 || op == 0x93 || op == 0x42 || op == 0x9c;
+         op == 0x41 || op == 0x93 || op == 0x42 || op == 0x9c || op == 0x04;
 }
 
 static bool
@@ -123,6 +123,12 @@ check_op (const struct s4k_scsi_op *op, uint8_t opcode, bool readonly,
            op->flags == 0);
     CHECK (opcode == 0x35 || opcode == 0x91 || opcode == 0x1b ||
            is_ata (opcode));
+    return;
+  }
+  if (op->kind == S4K_SCSI_OP_SET_LOGICAL) {
+    /* FORMAT UNIT's switch: to a length the device can take. */
+    CHECK (opcode == 0x04 && !readonly && !op->buf && op->off == 0 &&
+           op->flags == 0 && (op->len == 512 || op->len == 4096));
     return;
   }
   CHECK (op->kind <= S4K_SCSI_OP_TRIM);
@@ -197,6 +203,7 @@ run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
   case S4K_SCSI_OP_ZERO: return s4k_zero (d, op->len, op->off, op->flags);
   case S4K_SCSI_OP_TRIM: return s4k_trim (d, op->len, op->off, op->flags);
   case S4K_SCSI_OP_FLUSH: return s4k_flush (d);
+  case S4K_SCSI_OP_SET_LOGICAL: return s4k_dev_set_logical (d, op->len);
   }
   return -EINVAL;
 }
@@ -243,6 +250,7 @@ LLVMFuzzerTestOneInput (const uint8_t *p, size_t n)
   s4k_scsi_params_from_config (&prm, &c, g, s4k_dev_max_request (d));
   prm.readonly = b0 & 0x10;
   prm.lbprz = !(b0 & 0x20);
+  s4k_scsi_params_formats (&prm, d);
   struct s4k_scsi_lun *lun = s4k_scsi_lun_new (&prm, err, sizeof err);
   CHECK (lun != NULL);
 

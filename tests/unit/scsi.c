@@ -96,7 +96,7 @@ run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
   last_kinds |= 1u << op->kind;
   last_flags |= op->flags;
   const uint64_t size = s4k_dev_geometry (d)->size;
-  if (op->kind != S4K_SCSI_OP_FLUSH &&
+  if (op->kind != S4K_SCSI_OP_FLUSH && op->kind != S4K_SCSI_OP_SET_LOGICAL &&
       (op->len == 0 || op->off > size || op->len > size - op->off))
     ops_in_bounds = false;
   switch (op->kind) {
@@ -106,6 +106,7 @@ run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
   case S4K_SCSI_OP_ZERO: return s4k_zero (d, op->len, op->off, op->flags);
   case S4K_SCSI_OP_TRIM: return s4k_trim (d, op->len, op->off, op->flags);
   case S4K_SCSI_OP_FLUSH: return s4k_flush (d);
+  case S4K_SCSI_OP_SET_LOGICAL: return s4k_dev_set_logical (d, op->len);
   }
   return -EINVAL;
 }
@@ -265,10 +266,11 @@ test_pages (const struct model *m)
 
   inq[1] = 1;
   inq[2] = 0x00;
-  const uint8_t p00[] = { 0, 0, 0, 6, 0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2 };
+  const uint8_t p00[] = { 0, 0, 0, 7, 0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2,
+                          0xb4 };
   ok (run (&t, inq, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
       last.data_in_len == sizeof p00 && bytes_are (buf, p00, sizeof p00),
-      "%s: VPD 00h lists 00 80 83 B0 B1 B2", m->name);
+      "%s: VPD 00h lists 00 80 83 B0 B1 B2 B4", m->name);
 
   const struct s4k_scsi_params *p = s4k_scsi_lun_params (t.lun);
   inq[2] = 0x80;
@@ -788,7 +790,7 @@ test_media (const struct model *m)
   ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0),
       "%s: REQUEST SENSE DESC=1: INVALID FIELD IN CDB (fixed format only)",
       m->name);
-  const uint8_t unknown[][16] = { { 0x04 }, { 0x85 }, { 0xa0 }, { 0x7f },
+  const uint8_t unknown[][16] = { { 0x07 }, { 0x85 }, { 0xa0 }, { 0x7f },
                                   { 0x4d }, { 0x9e, 0x11 } };
   for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
     run (&t, unknown[i], 16, buf, sizeof buf);

@@ -1,0 +1,408 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Sector-size conversion in place (lib/scsi_format.c, issue 34): what
+ * `sg_format --format --size=N` sends (MODE SENSE(10) with the block
+ * descriptor, MODE SELECT(10) with SP=1 then SP=0 and the new BLOCK
+ * LENGTH, FORMAT UNIT with FMTDATA and CMPLST), 512e -> 4096 -> 512: the
+ * capacity in blocks, the engine's logical size, zeroes, the UNIT
+ * ATTENTION; the lengths listed in VPD B4h; the refusals with their sense
+ * and field pointers. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sect4k/scsi.h"
+#include "tap.h"
+
+struct rig {
+  struct s4k_config c;
+  struct s4k_dev *d;
+  struct s4k_scsi_lun *lun;
+  struct s4k_scsi_params p;
+};
+
+/* Opens a LUN with the keys (NULL-terminated) after size=8M, with the
+ * lengths the device can switch to, as sect4k-server does. */
+static void
+rig_open (struct rig *t, const char *const *keys)
+{
+  char err[256], kv[256];
+  s4k_config_init (&t->c);
+  if (s4k_config_set (&t->c, "size", "8M", err, sizeof err))
+    bail ("%s", err);
+  for (unsigned i = 0; keys[i]; i++) {
+    snprintf (kv, sizeof kv, "%s", keys[i]);
+    char *eq = strchr (kv, '=');
+    *eq = '\0';
+    if (s4k_config_set (&t->c, kv, strdup (eq + 1), err, sizeof err))
+      bail ("%s", err);
+  }
+  if (s4k_config_finish (&t->c, err, sizeof err))
+    bail ("%s", err);
+  if (s4k_dev_open (&t->d, &t->c, err, sizeof err))
+    bail ("%s", err);
+  s4k_scsi_params_from_config (&t->p, &t->c, s4k_dev_geometry (t->d),
+                               s4k_dev_max_request (t->d));
+  s4k_scsi_params_formats (&t->p, t->d);
+  if (!(t->lun = s4k_scsi_lun_new (&t->p, err, sizeof err)))
+    bail ("%s", err);
+}
+
+static void
+rig_close (struct rig *t)
+{
+  s4k_scsi_lun_free (t->lun);
+  s4k_dev_close (t->d);
+}
+
+static struct s4k_scsi_cmd last;
+static unsigned last_kinds;         /* bit per op kind run */
+
+static int
+run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
+{
+  last_kinds |= 1u << op->kind;
+  switch (op->kind) {
+  case S4K_SCSI_OP_READ: return s4k_read (d, op->buf, op->len, op->off);
+  case S4K_SCSI_OP_WRITE:
+    return s4k_write (d, op->buf, op->len, op->off, op->flags);
+  case S4K_SCSI_OP_ZERO: return s4k_zero (d, op->len, op->off, op->flags);
+  case S4K_SCSI_OP_TRIM: return s4k_trim (d, op->len, op->off, op->flags);
+  case S4K_SCSI_OP_FLUSH: return s4k_flush (d);
+  case S4K_SCSI_OP_SET_LOGICAL: return s4k_dev_set_logical (d, op->len);
+  }
+  return -EINVAL;
+}
+
+static uint8_t
+run (struct rig *t, const uint8_t *cdb, size_t len, void *data,
+     size_t data_len)
+{
+  last_kinds = 0;
+  unsigned n = s4k_scsi_exec (t->lun, &last, cdb, len, data, data_len, 0);
+  while (n > 0) {
+    unsigned i = 0;
+    int r = 0;
+    for (; i < n; i++)
+      if ((r = run_op (t->d, &last.ops[i])) != 0)
+        break;
+    n = s4k_scsi_done (t->lun, &last, i, r, 0);
+  }
+  s4k_scsi_cmd_release (&last);
+  return last.status;
+}
+
+/* The last command failed with key/asc/ascq (and, field >= 0, a field
+ * pointer to byte field, in the CDB or not, bit or -1). */
+static bool
+sense_is (uint8_t key, uint8_t asc, uint8_t ascq, int field, bool cdb,
+          int bit)
+{
+  const uint8_t *s = last.sense;
+  if (last.status != S4K_SCSI_CHECK_CONDITION || (s[2] & 0x0f) != key ||
+      s[12] != asc || s[13] != ascq)
+    return false;
+  if (field < 0)
+    return true;
+  const uint8_t want = 0x80 | (cdb ? 0x40 : 0) |
+                       (bit >= 0 ? 0x08 | (uint8_t) bit : 0);
+  return s[15] == want && (s[16] << 8 | s[17]) == field;
+}
+
+static uint8_t tur[6];
+
+static void
+clear_ua (struct rig *t)
+{
+  run (t, tur, 6, NULL, 0);
+}
+
+static uint32_t
+be32 (const uint8_t *p)
+{
+  return (uint32_t) p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3];
+}
+
+/* What sg_format does: MODE SENSE(10) of page 01h with the block
+ * descriptor, then MODE SELECT(10) of it with NUMBER OF LOGICAL BLOCKS
+ * 0 and the new BLOCK LENGTH, SP=1 then (refused) SP=0.  The status of
+ * the last MODE SELECT. */
+static uint8_t
+select_length (struct rig *t, uint32_t bl, bool six)
+{
+  uint8_t ms[10] = { 0x5a, 0, 0x01, 0, 0, 0, 0, 0, 255 };
+  uint8_t ms6[6] = { 0x1a, 0, 0x01, 0, 255 };
+  uint8_t b[256] = { 0 };
+  if (run (t, six ? ms6 : ms, six ? 6 : 10, b, six ? 255 : 255))
+    return last.status;
+  const size_t hdr = six ? 4 : 8;
+  const size_t len = six ? (size_t) b[0] + 1 : (size_t) (b[0] << 8 | b[1]) + 2;
+  memset (b, 0, six ? 3 : 4);   /* mode data length, medium type, DSP */
+  memset (b + hdr, 0, 4);       /* NUMBER OF LOGICAL BLOCKS 0 */
+  b[hdr + 5] = (uint8_t) (bl >> 16);
+  b[hdr + 6] = (uint8_t) (bl >> 8);
+  b[hdr + 7] = (uint8_t) bl;
+  b[hdr + 8] &= 0x7f;           /* PS */
+  uint8_t sel[10] = { 0x55, 0x11, 0, 0, 0, 0, 0, 0, (uint8_t) len };
+  uint8_t sel6[6] = { 0x15, 0x11, 0, 0, (uint8_t) len };
+  if (run (t, six ? sel6 : sel, six ? 6 : 10, b, len) &&
+      sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0, 1, true, 0)) {
+    sel[1] = sel6[1] = 0x10;    /* "Try MODE SELECT again with SP=0" */
+    run (t, six ? sel6 : sel, six ? 6 : 10, b, len);
+  }
+  return last.status;
+}
+
+/* FORMAT UNIT as sg_format --wait sends it: FMTDATA, CMPLST, a short
+ * header with nothing set. */
+static const uint8_t fu[6] = { 0x04, 0x18, 0, 0, 0, 0 };
+
+static void
+capacity (struct rig *t, uint64_t *blocks, uint32_t *length)
+{
+  uint8_t rc[16] = { 0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32 };
+  uint8_t b[32] = { 0 };
+  run (t, rc, 16, b, sizeof b);
+  *blocks = ((uint64_t) be32 (b) << 32 | be32 (b + 4)) + 1;
+  *length = be32 (b + 8);
+}
+
+static bool
+all_zero (const uint8_t *p, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    if (p[i])
+      return false;
+  return true;
+}
+
+/* Writes 0xab over the first 8 KiB and the last block. */
+static void
+fill (struct rig *t, uint32_t L, uint64_t blocks)
+{
+  static uint8_t b[8192];
+  memset (b, 0xab, sizeof b);
+  const uint16_t n = (uint16_t) (8192 / L);
+  uint8_t w[10] = { 0x2a, 0, 0, 0, 0, 0, 0, (uint8_t) (n >> 8), (uint8_t) n };
+  if (run (t, w, 10, b, sizeof b))
+    bail ("WRITE(10) failed");
+  const uint32_t lba = (uint32_t) (blocks - 1);
+  uint8_t w1[10] = { 0x2a, 0, (uint8_t) (lba >> 24), (uint8_t) (lba >> 16),
+                     (uint8_t) (lba >> 8), (uint8_t) lba, 0, 0, 1 };
+  if (run (t, w1, 10, b, L))
+    bail ("WRITE(10) of the last block failed");
+}
+
+/* The first 8 KiB and the last block read as zeroes. */
+static bool
+zeroes (struct rig *t, uint32_t L, uint64_t blocks)
+{
+  static uint8_t b[8192];
+  memset (b, 0xee, sizeof b);
+  const uint16_t n = (uint16_t) (8192 / L);
+  uint8_t r[10] = { 0x28, 0, 0, 0, 0, 0, 0, (uint8_t) (n >> 8), (uint8_t) n };
+  if (run (t, r, 10, b, sizeof b) || !all_zero (b, sizeof b))
+    return false;
+  const uint32_t lba = (uint32_t) (blocks - 1);
+  uint8_t r1[10] = { 0x28, 0, (uint8_t) (lba >> 24), (uint8_t) (lba >> 16),
+                     (uint8_t) (lba >> 8), (uint8_t) lba, 0, 0, 1 };
+  memset (b, 0xee, L);
+  return run (t, r1, 10, b, L) == 0 && all_zero (b, L);
+}
+
+/* The lengths VPD B4h lists, as a bit set (bit n: 2^n bytes). */
+static uint32_t
+b4_lengths (struct rig *t)
+{
+  uint8_t inq[6] = { 0x12, 0x01, 0xb4, 0, 255 };
+  uint8_t b[256] = { 0 };
+  if (run (t, inq, 6, b, 255))
+    return 0;
+  uint32_t set = 0;
+  const size_t n = (size_t) (b[2] << 8 | b[3]);
+  for (size_t i = 4; i + 8 <= 4 + n; i += 8)
+    set |= 1u << __builtin_ctz (be32 (b + i));
+  return set;
+}
+
+static void
+convert (void)
+{
+  struct rig t;
+  rig_open (&t, (const char *[]) { "model=512e", NULL });
+  clear_ua (&t);
+  uint64_t blocks;
+  uint32_t L;
+  ok (b4_lengths (&t) == (1u << 9 | 1u << 12),
+      "512e: VPD B4h lists 512 and 4096");
+  fill (&t, 512, 16384);
+
+  /* Not changeable without FORMAT UNIT: MODE SENSE says the chosen
+   * length, READ CAPACITY the one in effect. */
+  ok (select_length (&t, 4096, false) == S4K_SCSI_GOOD,
+      "512e: MODE SELECT(10) of block length 4096 (SP=1 refused, SP=0 "
+      "taken)");
+  uint8_t ms[10] = { 0x5a, 0, 0x01, 0, 0, 0, 0, 0, 255 };
+  uint8_t b[256] = { 0 };
+  run (&t, ms, 10, b, 255);
+  capacity (&t, &blocks, &L);
+  ok (be32 (b + 8) == 2048 && be32 (b + 12) == 4096 && blocks == 16384 &&
+      L == 512, "512e: MODE SENSE's descriptor says 2048 x 4096, READ "
+      "CAPACITY still 16384 x 512");
+
+  ok (run (&t, fu, 6, (uint8_t[4]) { 0 }, 4) == S4K_SCSI_GOOD &&
+      (last_kinds & (1u << S4K_SCSI_OP_SET_LOGICAL)),
+      "512e: FORMAT UNIT (FMTDATA, CMPLST) switches the engine");
+  run (&t, tur, 6, NULL, 0);
+  ok (sense_is (S4K_SENSE_UNIT_ATTENTION, 0x2a, 0x09, -1, false, -1),
+      "then: UNIT ATTENTION, CAPACITY DATA HAS CHANGED");
+  ok (run (&t, tur, 6, NULL, 0) == S4K_SCSI_GOOD, "once");
+  capacity (&t, &blocks, &L);
+  const struct s4k_geometry *g = s4k_dev_geometry (t.d);
+  ok (blocks == 2048 && L == 4096 && g->logical == 4096 &&
+      g->physical == 4096 && g->size == 8u << 20,
+      "READ CAPACITY(16): 2048 x 4096, the engine logical 4096, physical "
+      "4096, the same bytes");
+  uint8_t rc16[16] = { 0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32 };
+  run (&t, rc16, 16, b, 32);
+  ok ((b[13] & 0x0f) == 0 && (b[14] & 0x3f) == 0 && b[15] == 0,
+      "4Kn: one logical block per physical block, lowest aligned LBA 0");
+  uint8_t rc10[10] = { 0x25 };
+  run (&t, rc10, 10, b, 8);
+  ok (be32 (b) == 2047 && be32 (b + 4) == 4096,
+      "READ CAPACITY(10): last LBA 2047, 4096 bytes");
+  ok (zeroes (&t, 4096, 2048), "the data reads as zeroes");
+  uint8_t rd[10] = { 0x28, 0, 0, 0, 0x08, 0, 0, 0, 1 };
+  run (&t, rd, 10, b, 4096 > sizeof b ? sizeof b : 4096);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x21, 0, -1, false, -1),
+      "LBA 2048: LOGICAL BLOCK ADDRESS OUT OF RANGE");
+  uint16_t id[256];
+  s4k_scsi_ata_identify (s4k_scsi_lun_params (t.lun), id);
+  ok ((id[106] & 0x1000) && (id[117] | (uint32_t) id[118] << 16) == 2048,
+      "IDENTIFY words 106/117-118 follow: 2048-word logical sectors");
+  fill (&t, 4096, 2048);
+
+  ok (select_length (&t, 512, true) == S4K_SCSI_GOOD &&
+      run (&t, fu, 6, (uint8_t[4]) { 0 }, 4) == S4K_SCSI_GOOD,
+      "and back: MODE SELECT(6) of 512, FORMAT UNIT");
+  run (&t, tur, 6, NULL, 0);
+  ok (sense_is (S4K_SENSE_UNIT_ATTENTION, 0x2a, 0x09, -1, false, -1),
+      "UNIT ATTENTION, CAPACITY DATA HAS CHANGED");
+  capacity (&t, &blocks, &L);
+  ok (blocks == 16384 && L == 512 && g->logical == 512 && zeroes (&t, 512,
+                                                                   16384),
+      "16384 x 512 again, zeroes");
+
+  /* A FORMAT UNIT with no new length erases, and changes nothing
+   * else. */
+  fill (&t, 512, 16384);
+  const uint8_t fu0[6] = { 0x04 };
+  ok (run (&t, fu0, 6, NULL, 0) == S4K_SCSI_GOOD &&
+      !(last_kinds & (1u << S4K_SCSI_OP_SET_LOGICAL)) &&
+      run (&t, tur, 6, NULL, 0) == S4K_SCSI_GOOD && zeroes (&t, 512, 16384),
+      "FORMAT UNIT without FMTDATA, same length: zeroes, no UNIT "
+      "ATTENTION");
+  rig_close (&t);
+}
+
+static void
+refusals (void)
+{
+  struct rig t;
+  uint8_t z[8] = { 0 };
+  rig_open (&t, (const char *[]) { "model=512n", NULL });
+  clear_ua (&t);
+  ok (b4_lengths (&t) == 1u << 9, "512n: VPD B4h lists 512 only");
+  select_length (&t, 4096, false);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x26, 0, 13, false, -1),
+      "512n: MODE SELECT of 4096: INVALID FIELD IN PARAMETER LIST at "
+      "BLOCK LENGTH (byte 13)");
+  select_length (&t, 4096, true);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x26, 0, 9, false, -1),
+      "512n: MODE SELECT(6): at byte 9");
+  rig_close (&t);
+
+  rig_open (&t, (const char *[]) { "model=512e", NULL });
+  clear_ua (&t);
+  const uint32_t bad[] = { 520, 1024, 2048, 8192, 0 };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    select_length (&t, bad[i], false);
+    ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x26, 0, 13, false, -1),
+        "512e: MODE SELECT of %u refused at byte 13", bad[i]);
+  }
+  const uint8_t pinfo[6] = { 0x04, 0x40 };
+  run (&t, pinfo, 6, NULL, 0);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0, 1, true, 6),
+      "FORMAT UNIT FMTPINFO=01b: INVALID FIELD IN CDB, byte 1 bit 6");
+  const uint8_t ffmt3[6] = { 0x04, 0, 0, 0, 0x03 };
+  run (&t, ffmt3, 6, NULL, 0);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0, 4, true, 1),
+      "FFMT 11b (reserved): byte 4 bit 1");
+  run (&t, fu, 6, (uint8_t[4]) { 0, 0x08 }, 4);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x26, 0, 1, false, 3),
+      "IP (an initialization pattern): INVALID FIELD IN PARAMETER LIST, "
+      "byte 1 bit 3");
+  run (&t, fu, 6, (uint8_t[4]) { 0, 0, 0, 8 }, 4);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x26, 0, 2, false, -1),
+      "a DEFECT LIST LENGTH: byte 2");
+  run (&t, fu, 6, (uint8_t[4]) { 0x01 }, 4);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x26, 0, 0, false, 2),
+      "PROTECTION FIELD USAGE: byte 0 bit 2");
+  run (&t, fu, 6, z, 2);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x1a, 0, -1, false, -1),
+      "a header cut short: PARAMETER LIST LENGTH ERROR");
+  rig_close (&t);
+
+  rig_open (&t, (const char *[]) { "model=512e-xp", NULL });
+  clear_ua (&t);
+  const uint32_t xp = b4_lengths (&t);
+  select_length (&t, 4096, false);
+  ok (xp == 1u << 9 &&
+      sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x26, 0, 13, false, -1),
+      "512e-xp (LBA 0 at 3584): 4096 not listed, refused");
+  rig_close (&t);
+
+  rig_open (&t, (const char *[]) { "model=4kn", NULL });
+  clear_ua (&t);
+  ok (b4_lengths (&t) == (1u << 9 | 1u << 12) &&
+      select_length (&t, 512, false) == S4K_SCSI_GOOD &&
+      run (&t, fu, 6, z, 4) == S4K_SCSI_GOOD,
+      "4kn: lists 512 and 4096, formats to 512");
+  rig_close (&t);
+
+  /* The stores that outlive the device, and the write log. */
+  char path[] = "/tmp/sect4k-format-XXXXXX";
+  int fd = mkstemp (path);
+  if (fd == -1 || ftruncate (fd, 8 << 20) == -1)
+    bail ("mkstemp");
+  close (fd);
+  char fkey[64], wkey[64];
+  snprintf (fkey, sizeof fkey, "file=%s", path);
+  rig_open (&t, (const char *[]) { "model=512e", fkey, NULL });
+  clear_ua (&t);
+  char err[256];
+  ok (b4_lengths (&t) == 1u << 9 &&
+      s4k_dev_logical_ok (t.d, 4096, err, sizeof err) == -ENOTSUP,
+      "file=: 4096 not listed (%s)", err);
+  select_length (&t, 4096, false);
+  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x26, 0, 13, false, -1),
+      "file=: MODE SELECT of 4096 refused");
+  rig_close (&t);
+  unlink (path);
+  snprintf (wkey, sizeof wkey, "write-log=%s.log", path);
+  rig_open (&t, (const char *[]) { "model=512e", wkey, NULL });
+  ok (b4_lengths (&t) == 1u << 9 &&
+      s4k_dev_logical_ok (t.d, 4096, err, sizeof err) == -ENOTSUP,
+      "write-log=: 4096 not listed (%s)", err);
+  rig_close (&t);
+  snprintf (wkey, sizeof wkey, "%s.log", path);
+  unlink (wkey);
+}
+
+int
+main (void)
+{
+  convert ();
+  refusals ();
+  done_testing ();
+}
