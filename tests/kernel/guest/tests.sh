@@ -6,6 +6,7 @@
 #   faults  bad sectors and power cuts through the nbd driver
 #   scsi, scsi_bench   guest/scsi.sh
 #   sata    sect4k-server --scsi interface=sata: hdparm, smartctl   guest/sata.sh
+#   format  sg_format --size on a sect4k-server --scsi disk   guest/format.sh
 #   atomic  untorn writes on a SCSI disk (Linux 6.11 on): guest/atomic.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
 #   captive sect4k-server --scsi --run, sect4k-attach --run   guest/captive.sh
@@ -535,5 +536,7 @@ dmlog_case () {
 . /atomic.sh
 # The SATA identity (issue 34).
 . /sata.sh
+# Sector-size conversion in place (issue 34).
+. /format.sh
 for suite in "$@"; do "suite_$suite"; tidy "$suite suite"; done
 echo "S4K: TESTS $n"
