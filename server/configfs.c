@@ -304,6 +304,15 @@ make_backstore (struct scsi_front *f, size_t i, bool readonly, bool verbose,
   p.bad_counts = lun_bad_counts;
   p.bad_opaque = dev;
   s4k_scsi_params_formats (&p, dev);    /* sg_format --size: 512e <-> 4Kn */
+  /* A geometry that could switch but whose store would not keep it:
+   * say once why FORMAT UNIT will refuse a new block length. */
+  const uint32_t other = g->logical == 512 ? 4096 : 512;
+  char why[256];
+  if (g->physical >= 4096 &&
+      s4k_dev_logical_ok (dev, other, why, sizeof why) == -ENOTSUP)
+    log_msg ("--scsi: export %s: sg_format --size=%" PRIu32 " will be "
+             "refused: %s", u->x->name && *u->x->name ? u->x->name : "-",
+             other, why);
   char e2[256];
   if (!(u->lun = s4k_scsi_lun_new (&p, e2, sizeof e2))) {
     fmt (err, errlen, "--scsi: export %s: %s", u->x->name, e2);

@@ -399,10 +399,42 @@ refusals (void)
   unlink (wkey);
 }
 
+/* What an NBD client of the same device meets after the switch: its
+ * 512-byte requests still served (read-modify-write), refused under
+ * strict=true as on a 4Kn export; the physical sectors unchanged. */
+static void
+engine (void)
+{
+  static uint8_t b[4096];
+  memset (b, 0x5a, 512);
+  for (int strict = 0; strict < 2; strict++) {
+    struct rig t;
+    rig_open (&t, (const char *[]) { "model=512e",
+                                     strict ? "strict=true" : "strict=false",
+                                     NULL });
+    ok (s4k_dev_set_logical (t.d, 4096) == 0 &&
+        s4k_dev_set_logical (t.d, 8192) == -EINVAL &&
+        s4k_dev_geometry (t.d)->logical == 4096, "%s: the engine switches "
+        "to 4096, refuses 8192 (above physical)", strict ? "strict" : "not strict");
+    int w = s4k_write (t.d, b, 512, 512, 0);
+    memset (b + 2048, 0, 1024);
+    int r = s4k_read (t.d, b + 2048, 1024, 0);
+    if (strict)
+      ok (w == -EINVAL && r == -EINVAL, "strict: a 512-byte write and a "
+          "1024-byte read are misaligned now (EINVAL)");
+    else
+      ok (w == 0 && r == 0 && all_zero (b + 2048, 512) &&
+          b[2048 + 512] == 0x5a, "not strict: a 512-byte write at 512 and "
+          "the read back are served (read-modify-write)");
+    rig_close (&t);
+  }
+}
+
 int
 main (void)
 {
   convert ();
+  engine ();
   refusals ();
   done_testing ();
 }

@@ -64,6 +64,21 @@ suite_format () {
     nok "format: sect4k-server --scsi model=512n"
   fi
   tidy "format 512n"
+  # file=: the data outlives the device, the geometry would not: refused,
+  # and the server says so at start.
+  dd if=/dev/zero of=/tmp/fmt.img bs=1M count=64 status=none
+  if scsi_start fmt-file model=512e file=/tmp/fmt.img; then
+    says "format: file=: the server says at start that a new length will be refused" \
+      "$(cat /tmp/fmt-file.log)" 'sg_format --size=4096 will be refused: file= and upstream= keep the data'
+    diag "format: file=: $(grep 'will be refused' /tmp/fmt-file.log)"
+    out=$(/opt/bin/sg_format --format --size=4096 --quick --wait -v "$scsi_dev" 2>&1); rc=$?
+    refused "format: file=: sg_format --size=4096 refused" "$rc" "$out" 'Invalid field in parameter list'
+    scsi_stop "format file="
+  else
+    nok "format: sect4k-server --scsi model=512e file="
+  fi
+  rm -f /tmp/fmt.img
+  tidy "format file="
   # scsi_debug for comparison: its MODE SELECT takes no new block length
   # (and its disk has no FORMAT UNIT), so sg_format stops there.
   if insmod /modules/scsi_debug.ko sector_size=512 physblk_exp=3 dev_size_mb=16 2>/tmp/insmod.err; then
