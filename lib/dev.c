@@ -58,6 +58,12 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->name = c->name;
   d->atomic = c->atomic;
   d->volatile_store = !c->file && !c->upstream;
+  if (c->file && dev_format_record_init (d, c->file, err, errlen) == -1) {
+    s4k_locks_free (d->locks);
+    free (d);
+    store->ops->close (store);
+    return -ENOMEM;
+  }
   if (s4k_timing_enabled (&c->timing) &&
       !(d->timing = s4k_timing_new (&c->timing, &d->g))) {
     snprintf (err, errlen, "out of memory");
@@ -103,6 +109,9 @@ s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
   struct s4k_config cfg = *c;
   struct s4k_store *store = NULL;
 
+  /* A FORMAT UNIT on an earlier start changed the logical size. */
+  if (cfg.file && dev_format_record_apply (&cfg, err, errlen) == -1)
+    return -EINVAL;
   /* The file store may take the size from the file. */
   if (cfg.file && !(store = s4k_file_store_new (&cfg, &cfg.geom.size,
                                                 err, errlen)))
@@ -141,6 +150,7 @@ s4k_dev_close (struct s4k_dev *d)
   stats_free (&d->stats);
   s4k_timing_free (d->timing);
   s4k_wlog_free (d->wlog);
+  free (d->geom_record);
   free (d);
 }
 
@@ -328,53 +338,4 @@ int
 s4k_dev_wlog_mark (struct s4k_dev *d, const char *name)
 {
   return d->wlog ? s4k_wlog_mark (d->wlog, name) : -ENOTSUP;
-}
-
-/* ---- sector-size conversion in place ----------------------------------- */
-
-int
-s4k_dev_logical_ok (const struct s4k_dev *d, uint32_t logical, char *err,
-                    size_t errlen)
-{
-  struct s4k_geometry g = d->g;
-  g.logical = logical;
-  if (s4k_geometry_check (&g, err, errlen) == -1)
-    return -EINVAL;
-  if (d->atomic.max && (d->atomic.max % logical || d->atomic.min % logical ||
-                        d->atomic.boundary % logical)) {
-    snprintf (err, errlen, "logical=%" PRIu32 ": the atomic write limits "
-              "are not multiples of it", logical);
-    return -EINVAL;
-  }
-  if (d->max_request < logical) {
-    snprintf (err, errlen, "logical=%" PRIu32 ": larger than max-request=%"
-              PRIu32, logical, d->max_request);
-    return -EINVAL;
-  }
-  if (d->wlog) {
-    snprintf (err, errlen, "write-log= records one geometry: the sector "
-              "size cannot change");
-    return -ENOTSUP;
-  }
-  if (!d->volatile_store) {
-    snprintf (err, errlen, "file= and upstream= keep the data, not the "
-              "geometry: the sector size cannot change");
-    return -ENOTSUP;
-  }
-  return 0;
-}
-
-int
-s4k_dev_set_logical (struct s4k_dev *d, uint32_t logical)
-{
-  char err[256];
-  int r = s4k_dev_logical_ok (d, logical, err, sizeof err);
-  if (r)
-    return r;
-  /* Physical size and alignment stay: sector indexes, locks, the
-   * store's layout and the fault layer's bad sectors are unchanged. */
-  __atomic_store_n (&d->g.logical, logical, __ATOMIC_RELEASE);
-  if (d->fault)
-    fault_set_logical (d->fault, logical);
-  return 0;
 }

@@ -60,6 +60,16 @@ struct s4k_dev {
                                    write_atomic (the fault layer's) */
   _Atomic uint64_t *losses;     /* the store's (under any layer) */
   bool volatile_store;          /* memory: no geometry outlives the device */
+  char *geom_record;            /* file= a regular file: where FORMAT UNIT
+                                   records the logical size (dev_format.c) */
 };
+
+/* dev_format.c: the record of a logical size FORMAT UNIT set on a file=
+ * store, FILE.sect4k-geometry.  init: d->geom_record for a regular file
+ * (-1: out of memory); apply: the record's logical size into c->geom
+ * (-1 with err: a record that does not fit the keys' geometry). */
+int dev_format_record_init (struct s4k_dev *d, const char *file, char *err,
+                            size_t errlen);
+int dev_format_record_apply (struct s4k_config *c, char *err, size_t errlen);
 
 #endif

@@ -370,27 +370,83 @@ refusals (void)
       "4kn: lists 512 and 4096, formats to 512");
   rig_close (&t);
 
-  /* The stores that outlive the device, and the write log. */
+  /* file=: the new size is recorded beside the file, and the next open
+   * takes it. */
   char path[] = "/tmp/sect4k-format-XXXXXX";
   int fd = mkstemp (path);
   if (fd == -1 || ftruncate (fd, 8 << 20) == -1)
     bail ("mkstemp");
   close (fd);
-  char fkey[64], wkey[64];
+  char fkey[64], wkey[64], rec[64], err[256];
   snprintf (fkey, sizeof fkey, "file=%s", path);
+  snprintf (rec, sizeof rec, "%s.sect4k-geometry", path);
   rig_open (&t, (const char *[]) { "model=512e", fkey, NULL });
   clear_ua (&t);
-  char err[256];
-  ok (b4_lengths (&t) == 1u << 9 &&
-      s4k_dev_logical_ok (t.d, 4096, err, sizeof err) == -ENOTSUP,
-      "file=: 4096 not listed (%s)", err);
-  select_length (&t, 4096, false);
-  ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x26, 0, 13, false, -1),
-      "file=: MODE SELECT of 4096 refused");
+  ok (b4_lengths (&t) == (1u << 9 | 1u << 12) &&
+      select_length (&t, 4096, false) == S4K_SCSI_GOOD &&
+      run (&t, fu, 6, z, 4) == S4K_SCSI_GOOD, "file=: 512e formatted to 4096");
+  clear_ua (&t);
+  fill (&t, 4096, 2048);
   rig_close (&t);
+  char line[128] = "";
+  FILE *fp = fopen (rec, "r");
+  if (fp) {
+    if (!fgets (line, sizeof line, fp))
+      line[0] = '\0';
+    fclose (fp);
+  }
+  ok (strcmp (line, "sect4k-geometry logical=4096 physical=4096 "
+              "alignment=0\n") == 0, "file=: FILE.sect4k-geometry records "
+      "it: %.*s", (int) strcspn (line, "\n"), line);
+  rig_open (&t, (const char *[]) { "model=512e", fkey, NULL });
+  clear_ua (&t);
+  uint64_t blocks;
+  uint32_t L;
+  capacity (&t, &blocks, &L);
+  static uint8_t b[4096];
+  uint8_t rd[10] = { 0x28, 0, 0, 0, 0, 0, 0, 0, 1 };
+  ok (blocks == 2048 && L == 4096 && s4k_dev_geometry (t.d)->logical == 4096 &&
+      run (&t, rd, 10, b, 4096) == S4K_SCSI_GOOD && b[0] == 0xab &&
+      b[4095] == 0xab, "file=: the next open (model=512e again) is 2048 x "
+      "4096, with the data written after the format");
+  ok (select_length (&t, 512, false) == S4K_SCSI_GOOD &&
+      run (&t, fu, 6, z, 4) == S4K_SCSI_GOOD, "file=: and back to 512");
+  rig_close (&t);
+  rig_open (&t, (const char *[]) { "model=512e", fkey, NULL });
+  ok (s4k_dev_geometry (t.d)->logical == 512, "file=: opens as 512e again");
+  rig_close (&t);
+  /* A record that does not fit the keys: refused, one line. */
+  struct s4k_config c;
+  struct s4k_dev *d = NULL;
+  s4k_config_init (&c);
+  s4k_config_set (&c, "model", "512n", err, sizeof err);
+  s4k_config_set (&c, "file", path, err, sizeof err);
+  if (s4k_config_finish (&c, err, sizeof err))
+    bail ("%s", err);
+  int r = s4k_dev_open (&d, &c, err, sizeof err);
+  ok (r == -EINVAL && strstr (err, "FORMAT UNIT left physical=4096") &&
+      !strchr (err, '\n'), "file=: model=512n over a 4096-physical record "
+      "refused: %s", err);
+  if (r == 0)
+    s4k_dev_close (d);
+  fp = fopen (rec, "w");
+  fputs ("garbage\n", fp);
+  fclose (fp);
+  s4k_config_init (&c);
+  s4k_config_set (&c, "model", "512e", err, sizeof err);
+  s4k_config_set (&c, "file", path, err, sizeof err);
+  if (s4k_config_finish (&c, err, sizeof err))
+    bail ("%s", err);
+  r = s4k_dev_open (&d, &c, err, sizeof err);
+  ok (r == -EINVAL && strstr (err, "not a sect4k geometry record"),
+      "file=: a record that does not parse refused: %s", err);
+  if (r == 0)
+    s4k_dev_close (d);
+  unlink (rec);
   unlink (path);
   snprintf (wkey, sizeof wkey, "write-log=%s.log", path);
   rig_open (&t, (const char *[]) { "model=512e", wkey, NULL });
+  clear_ua (&t);
   ok (b4_lengths (&t) == 1u << 9 &&
       s4k_dev_logical_ok (t.d, 4096, err, sizeof err) == -ENOTSUP,
       "write-log=: 4096 not listed (%s)", err);
@@ -415,7 +471,8 @@ engine (void)
     ok (s4k_dev_set_logical (t.d, 4096) == 0 &&
         s4k_dev_set_logical (t.d, 8192) == -EINVAL &&
         s4k_dev_geometry (t.d)->logical == 4096, "%s: the engine switches "
-        "to 4096, refuses 8192 (above physical)", strict ? "strict" : "not strict");
+        "to 4096, refuses 8192 (above physical)",
+        strict ? "strict" : "not strict");
     int w = s4k_write (t.d, b, 512, 512, 0);
     memset (b + 2048, 0, 1024);
     int r = s4k_read (t.d, b + 2048, 1024, 0);

@@ -64,20 +64,29 @@ suite_format () {
     nok "format: sect4k-server --scsi model=512n"
   fi
   tidy "format 512n"
-  # file=: the data outlives the device, the geometry would not: refused,
-  # and the server says so at start.
+  # file=: the new size is recorded beside the file; the next start with
+  # the same keys is the 4Kn disk.
   dd if=/dev/zero of=/tmp/fmt.img bs=1M count=64 status=none
   if scsi_start fmt-file model=512e file=/tmp/fmt.img; then
-    says "format: file=: the server says at start that a new length will be refused" \
-      "$(cat /tmp/fmt-file.log)" 'sg_format --size=4096 will be refused: file= and upstream= keep the data'
-    diag "format: file=: $(grep 'will be refused' /tmp/fmt-file.log)"
-    out=$(/opt/bin/sg_format --format --size=4096 --quick --wait -v "$scsi_dev" 2>&1); rc=$?
-    refused "format: file=: sg_format --size=4096 refused" "$rc" "$out" 'Invalid field in parameter list'
+    fmt_to "format file=" "$scsi_dev" 4096
+    dd if=/tmp/fmt.data of="$scsi_dev" bs=65536 oflag=direct status=none
     scsi_stop "format file="
+    is "format file=: /tmp/fmt.img.sect4k-geometry records it" \
+      "$(cat /tmp/fmt.img.sect4k-geometry)" "sect4k-geometry logical=4096 physical=4096 alignment=0"
+    if scsi_start fmt-file model=512e file=/tmp/fmt.img; then
+      b=${scsi_dev#/dev/}
+      is "format file=: restarted with the same keys: logical_block_size 4096" \
+        "$(cat /sys/block/$b/queue/logical_block_size)" 4096
+      dd if="$scsi_dev" of=/tmp/fmt.back bs=65536 count=1 iflag=direct status=none
+      check "format file=: the data written after the format reads back" cmp -s /tmp/fmt.data /tmp/fmt.back
+      scsi_stop "format file= restarted"
+    else
+      nok "format file=: restarted"
+    fi
   else
     nok "format: sect4k-server --scsi model=512e file="
   fi
-  rm -f /tmp/fmt.img
+  rm -f /tmp/fmt.img /tmp/fmt.img.sect4k-geometry
   tidy "format file="
   # scsi_debug for comparison: its MODE SELECT takes no new block length
   # (and its disk has no FORMAT UNIT), so sg_format stops there.
