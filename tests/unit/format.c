@@ -34,7 +34,12 @@ rig_open (struct rig *t, const char *const *keys)
     snprintf (kv, sizeof kv, "%s", keys[i]);
     char *eq = strchr (kv, '=');
     *eq = '\0';
-    if (s4k_config_set (&t->c, kv, strdup (eq + 1), err, sizeof err))
+    /* The config keeps pointers to its values. */
+    static char store[64][128];
+    static unsigned ns;
+    char *v = store[ns++ % 64];
+    snprintf (v, 128, "%s", eq + 1);
+    if (s4k_config_set (&t->c, kv, v, err, sizeof err))
       bail ("%s", err);
   }
   if (s4k_config_finish (&t->c, err, sizeof err))
