@@ -22,7 +22,8 @@ enum { ATA_ERR = 0x01, ATA_DRDY = 0x40, ATA_DSC = 0x10, ATA_ABRT = 0x04 };
 
 /* The logs: the IDENTIFY DEVICE data log has pages 00h (list), 01h (copy
  * of IDENTIFY DEVICE) and 02h (capacity and sector sizes). */
-enum { LOG_DIRECTORY = 0x00, LOG_IDENTIFY = 0x30, IDENTIFY_PAGES = 3 };
+enum { LOG_DIRECTORY = 0x00, LOG_SECTOR_CONFIG = 0x2f, LOG_IDENTIFY = 0x30,
+       IDENTIFY_PAGES = 3 };
 
 /* SMART's attributes: id, flags, threshold.  5 is pre-failure: its value
  * falls by one per reallocated (repaired) sector from 100, and at the
@@ -317,6 +318,18 @@ smart_failing (const struct s4k_scsi_lun *lun)
   return false;
 }
 
+/* The Sector Configuration log's descriptor i: the i-th length of
+ * p.format_lengths, smallest first, or 0. */
+enum { SECTOR_CONFIGS = 8 };
+static uint32_t
+sector_config (const struct s4k_scsi_lun *lun, unsigned i)
+{
+  for (unsigned n = 9; n <= 16; n++)
+    if ((lun->p.format_lengths >> n) & 1 && i-- == 0)
+      return 1u << n;
+  return 0;
+}
+
 /* Page `page` of log `log` into b (512 bytes, zeroed): false if the log
  * or page does not exist.  smart: read through SMART READ LOG. */
 static bool
@@ -328,7 +341,29 @@ log_page (const struct s4k_scsi_lun *lun, uint8_t log, uint32_t page,
     if (page != 0)
       return false;
     b[0] = 0x01;                /* version 1 */
+    b[2 * LOG_SECTOR_CONFIG] = 1;
     b[2 * LOG_IDENTIFY] = IDENTIFY_PAGES;
+    return true;
+  }
+  if (log == LOG_SECTOR_CONFIG) {
+    /* Sector Configuration log (ACS-4 9.21): a descriptor per length
+     * the drive takes (lib/scsi_format.c), as hdparm --set-sector-size
+     * reads it: byte 0 bit 7 valid, 3:2 DESCRIPTOR CHECK, 7:4 the
+     * logical sector size in bytes (little-endian). */
+    if (page != 0)
+      return false;
+    for (unsigned i = 0; i < SECTOR_CONFIGS; i++) {
+      const uint32_t L = sector_config (lun, i);
+      if (!L)
+        continue;
+      uint8_t *d = b + 16 * i;
+      d[0] = 0x80;
+      d[2] = (uint8_t) (L >> 9);  /* the check: L / 512 */
+      d[4] = (uint8_t) L;
+      d[5] = (uint8_t) (L >> 8);
+      d[6] = (uint8_t) (L >> 16);
+      d[7] = (uint8_t) (L >> 24);
+    }
     return true;
   }
   if (log != LOG_IDENTIFY || page >= IDENTIFY_PAGES)
@@ -466,6 +501,7 @@ scsi_cmd_ata_passthru (struct ctx *x)
     break;
   case 0xe5: case 0x98:         /* CHECK POWER MODE */
   case 0xe7: case 0xea:         /* FLUSH CACHE, FLUSH CACHE EXT */
+  case 0xb2:                    /* SET SECTOR CONFIGURATION EXT */
     need = DIR_NONE;
     break;
   default:
@@ -523,6 +559,17 @@ scsi_cmd_ata_passthru (struct ctx *x)
   case 0xe5: case 0x98:
     r.count = 0xff;             /* active or idle */
     return ata_end (cmd, &r, ck_cond);
+  case 0xb2: {
+    /* COUNT 2:0 the descriptor of the Sector Configuration log, FEATURE
+     * its DESCRIPTOR CHECK (ACS-4 7.42); the format as FORMAT UNIT's
+     * (scsi_format_done ends it with scsi_ata_format_end). */
+    const uint32_t L = r.ext && (r.count & ~7u) == 0
+                       ? sector_config (x->lun, r.count & 7) : 0;
+    if (!L || r.features != L >> 9 || x->lun->p.readonly)
+      return ata_abort (cmd, &r);
+    cmd->priv.ata_ck = 1 | ck_cond << 1;
+    return scsi_format_start (x, L);
+  }
   case 0xe7: case 0xea:
     /* The registers wait for the flush (scsi_ata_done). */
     cmd->priv.kind = KIND_ATA;
@@ -549,4 +596,13 @@ scsi_ata_done (struct s4k_scsi_cmd *cmd)
                         .device = (uint8_t) (v >> 16),
                         .ext = (v >> 24) & 1 };
   return ata_end (cmd, &r, (v >> 25) & 1);
+}
+
+unsigned
+scsi_ata_format_end (struct s4k_scsi_cmd *cmd, bool ok)
+{
+  struct ata_regs r = { .ext = true };
+  if (!ok)
+    return ata_abort (cmd, &r);
+  return ata_end (cmd, &r, cmd->priv.ata_ck & 2);
 }

@@ -114,8 +114,15 @@ scsi_cmd_format_unit (struct ctx *x)
   }
   if (lun->p.readonly)
     return scsi_fail (cmd, S4K_SENSE_DATA_PROTECT, WRITE_PROTECTED);
+  return scsi_format_start (x, scsi_format_length (lun));
+}
+
+unsigned
+scsi_format_start (struct ctx *x, uint32_t bl)
+{
+  struct s4k_scsi_lun *lun = x->lun;
+  struct s4k_scsi_cmd *cmd = x->cmd;
   const uint64_t size = lun->p.geom.size;
-  const uint32_t bl = scsi_format_length (lun);
   const bool change = bl != lun->p.geom.logical;
   /* The erase, in pieces as WRITE SAME's limit; the switch first. */
   const uint64_t piece = S4K_SCSI_MAX_WRITE_SAME_BYTES;
@@ -160,6 +167,9 @@ scsi_format_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
   }
   if (failed > 0 || r == 0)
     lun->pending_length = 0;
+  if (cmd->priv.opcode == 0x85 || cmd->priv.opcode == 0xa1)
+    /* SET SECTOR CONFIGURATION EXT: the drive's registers. */
+    return scsi_ata_format_end (cmd, r == 0);
   if (r == 0)
     return scsi_good (cmd);
   if (cuts != cmd->priv.epoch || r == -ESHUTDOWN)

@@ -198,6 +198,11 @@ void scsi_format_select (struct s4k_scsi_lun *lun, uint32_t bl);
 /* The Supported Block Lengths And Protection Types VPD page (B4h) into
  * b; its length. */
 size_t scsi_format_vpd_b4 (const struct s4k_scsi_lun *lun, uint8_t *b);
+/* The ops of a format to block length bl (FORMAT UNIT, SET SECTOR
+ * CONFIGURATION EXT): the switch, then the erase. */
+unsigned scsi_format_start (struct ctx *x, uint32_t bl);
+/* SET SECTOR CONFIGURATION EXT's end: the registers, or ABORT. */
+unsigned scsi_ata_format_end (struct s4k_scsi_cmd *cmd, bool ok);
 /* FORMAT UNIT's ops ran (s4k_scsi_done). */
 unsigned scsi_format_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
                            unsigned failed, int r, unsigned cuts);

@@ -225,6 +225,8 @@ struct s4k_scsi_cmd {
     uint8_t opcode;
     uint8_t kind;             /* what done finishes (KIND_*, scsi_priv.h) */
     uint8_t bytchk;           /* VERIFY: 0, 1 (all data), 3 (one block) */
+    uint8_t ata_ck;           /* SET SECTOR CONFIGURATION EXT: 1, | 2
+                                 with CK_COND */
   } priv;
 };
 

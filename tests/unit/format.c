@@ -492,11 +492,79 @@ engine (void)
   }
 }
 
+/* ATA PASS-THROUGH(16), non-data or PIO in (blocks of 512 in COUNT). */
+static void
+ata16 (uint8_t *c, uint8_t command, uint16_t features, uint16_t count,
+       uint8_t lba_low, bool in, bool ck_cond)
+{
+  memset (c, 0, 16);
+  c[0] = 0x85;
+  c[1] = (uint8_t) ((in ? 4 : 3) << 1 | 1);
+  c[2] = (uint8_t) ((ck_cond ? 0x20 : 0) | (in ? 0x0e : 0));
+  c[3] = (uint8_t) (features >> 8);
+  c[4] = (uint8_t) features;
+  c[5] = (uint8_t) (count >> 8);
+  c[6] = (uint8_t) count;
+  c[8] = lba_low;
+  c[14] = command;
+}
+
+/* hdparm --set-sector-size: the Sector Configuration log (2Fh), then SET
+ * SECTOR CONFIGURATION EXT (B2h) with its descriptor's index and
+ * check. */
+static void
+sata (void)
+{
+  struct rig t;
+  uint8_t c[16], b[512];
+  rig_open (&t, (const char *[]) { "model=512e", "interface=sata", NULL });
+  clear_ua (&t);
+  ata16 (c, 0x2f, 0, 1, 0x00, true, false);
+  run (&t, c, 16, b, 512);
+  ok (b[2 * 0x2f] == 1, "SATA: the GPL directory lists log 2Fh, 1 page");
+  ata16 (c, 0x2f, 0, 1, 0x2f, true, false);
+  memset (b, 0xee, sizeof b);
+  ok (run (&t, c, 16, b, 512) == S4K_SCSI_GOOD && b[0] == 0x80 &&
+      b[2] == 1 && (b[4] | b[5] << 8) == 512 && b[16] == 0x80 &&
+      b[18] == 8 && (b[20] | b[21] << 8) == 4096 && b[32] == 0,
+      "READ LOG EXT 2Fh: descriptors 0 (512, check 1) and 1 (4096, check "
+      "8)");
+  fill (&t, 512, 16384);
+  ata16 (c, 0xb2, 1, 1, 0, false, false);     /* the check of 512 */
+  run (&t, c, 16, NULL, 0);
+  ok (last.sense[0] == 0x72 && last.sense[1] == S4K_SENSE_ABORTED_COMMAND &&
+      last.sense[8 + 3] == 0x04 && s4k_dev_geometry (t.d)->logical == 512,
+      "SET SECTOR CONFIGURATION EXT, index 1 with the wrong check: ABORT");
+  ata16 (c, 0xb2, 8, 2, 0, false, false);
+  run (&t, c, 16, NULL, 0);
+  ok (last.sense[0] == 0x72 && last.sense[1] == S4K_SENSE_ABORTED_COMMAND,
+      "index 2 (no descriptor): ABORT");
+  ata16 (c, 0xb2, 8, 1, 0, false, true);
+  run (&t, c, 16, NULL, 0);
+  ok (last.sense[0] == 0x72 && last.sense[1] == 0x01 &&
+      last.sense[8 + 13] == 0x50 && s4k_dev_geometry (t.d)->logical == 4096,
+      "index 1, check 8, CK_COND: done (status 50h), the engine at 4096");
+  run (&t, tur, 6, NULL, 0);
+  ok (sense_is (S4K_SENSE_UNIT_ATTENTION, 0x2a, 0x09, -1, false, -1),
+      "then UNIT ATTENTION, CAPACITY DATA HAS CHANGED");
+  uint64_t blocks;
+  uint32_t L;
+  capacity (&t, &blocks, &L);
+  uint16_t id[256];
+  s4k_scsi_ata_identify (s4k_scsi_lun_params (t.lun), id);
+  ok (blocks == 2048 && L == 4096 && zeroes (&t, 4096, 2048) &&
+      (id[117] | (uint32_t) id[118] << 16) == 2048 &&
+      (id[100] | (uint64_t) id[101] << 16) == 2048,
+      "2048 x 4096, zeroes; IDENTIFY: 2048-word sectors, 2048 of them");
+  rig_close (&t);
+}
+
 int
 main (void)
 {
   convert ();
   engine ();
+  sata ();
   refusals ();
   done_testing ();
 }

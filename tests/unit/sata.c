@@ -380,7 +380,7 @@ test_commands (void)
   ok (run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD && buf[0] == 1 &&
       buf[1] == 0 && buf[0x60] == 3,
       "READ LOG DMA EXT 00h: GPL version 1, log 30h has 3 pages");
-  ata16 (c, 6, IN_BLOCKS, 0x47, 0, 1, 0x2f, true);
+  ata16 (c, 6, IN_BLOCKS, 0x47, 0, 1, 0x11, true);
   ok (run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
       ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04) &&
       last.data_in_len == 0,

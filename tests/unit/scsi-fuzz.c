@@ -127,7 +127,8 @@ check_op (const struct s4k_scsi_op *op, uint8_t opcode, bool readonly,
   }
   if (op->kind == S4K_SCSI_OP_SET_LOGICAL) {
     /* FORMAT UNIT's switch: to a length the device can take. */
-    CHECK (opcode == 0x04 && !readonly && !op->buf && op->off == 0 &&
+    CHECK ((opcode == 0x04 || is_ata (opcode)) && !readonly && !op->buf &&
+           op->off == 0 &&
            op->flags == 0 && (op->len == 512 || op->len == 4096));
     return;
   }
@@ -153,8 +154,8 @@ check_op (const struct s4k_scsi_op *op, uint8_t opcode, bool readonly,
   default:
     break;
   }
-  if (op->kind != S4K_SCSI_OP_READ)
-    CHECK (writes (opcode) && !readonly);
+  if (op->kind != S4K_SCSI_OP_READ)   /* ATA: SET SECTOR CONFIGURATION */
+    CHECK ((writes (opcode) || is_ata (opcode)) && !readonly);
   const uint8_t *b = op->buf;
   if (b && data && b >= data && b < data + data_len)
     CHECK (op->len <= (size_t) (data + data_len - b));
