@@ -349,7 +349,8 @@ log_page (const struct s4k_scsi_lun *lun, uint8_t log, uint32_t page,
     /* Sector Configuration log (ACS-4 9.21): a descriptor per length
      * the drive takes (lib/scsi_format.c), as hdparm --set-sector-size
      * reads it: byte 0 bit 7 valid, 3:2 DESCRIPTOR CHECK, 7:4 the
-     * logical sector size in bytes (little-endian). */
+     * logical sector size in bytes (little-endian).  The check's low
+     * byte is 0: hdparm (9.65) sends only the high byte of it. */
     if (page != 0)
       return false;
     for (unsigned i = 0; i < SECTOR_CONFIGS; i++) {
@@ -358,7 +359,7 @@ log_page (const struct s4k_scsi_lun *lun, uint8_t log, uint32_t page,
         continue;
       uint8_t *d = b + 16 * i;
       d[0] = 0x80;
-      d[2] = (uint8_t) (L >> 9);  /* the check: L / 512 */
+      d[3] = (uint8_t) (L >> 9);  /* the check: L / 512 * 256 */
       d[4] = (uint8_t) L;
       d[5] = (uint8_t) (L >> 8);
       d[6] = (uint8_t) (L >> 16);
@@ -565,7 +566,7 @@ scsi_cmd_ata_passthru (struct ctx *x)
      * (scsi_format_done ends it with scsi_ata_format_end). */
     const uint32_t L = r.ext && (r.count & ~7u) == 0
                        ? sector_config (x->lun, r.count & 7) : 0;
-    if (!L || r.features != L >> 9 || x->lun->p.readonly)
+    if (!L || r.features != (L >> 9) << 8 || x->lun->p.readonly)
       return ata_abort (cmd, &r);
     cmd->priv.ata_ck = 1 | ck_cond << 1;
     return scsi_format_start (x, L);

@@ -525,28 +525,38 @@ sata (void)
   ata16 (c, 0x2f, 0, 1, 0x2f, true, false);
   memset (b, 0xee, sizeof b);
   ok (run (&t, c, 16, b, 512) == S4K_SCSI_GOOD && b[0] == 0x80 &&
-      b[2] == 1 && (b[4] | b[5] << 8) == 512 && b[16] == 0x80 &&
-      b[18] == 8 && (b[20] | b[21] << 8) == 4096 && b[32] == 0,
-      "READ LOG EXT 2Fh: descriptors 0 (512, check 1) and 1 (4096, check "
-      "8)");
+      b[2] == 0 && b[3] == 1 && (b[4] | b[5] << 8) == 512 &&
+      b[16] == 0x80 && b[18] == 0 && b[19] == 8 &&
+      (b[20] | b[21] << 8) == 4096 && b[32] == 0,
+      "READ LOG EXT 2Fh: descriptors 0 (512, check 0100h) and 1 (4096, "
+      "check 0800h)");
   fill (&t, 512, 16384);
-  ata16 (c, 0xb2, 1, 1, 0, false, false);     /* the check of 512 */
+  ata16 (c, 0xb2, 0x100, 1, 0, false, false); /* the check of 512 */
   run (&t, c, 16, NULL, 0);
   ok (last.sense[0] == 0x72 && last.sense[1] == S4K_SENSE_ABORTED_COMMAND &&
       last.sense[8 + 3] == 0x04 && s4k_dev_geometry (t.d)->logical == 512,
       "SET SECTOR CONFIGURATION EXT, index 1 with the wrong check: ABORT");
-  ata16 (c, 0xb2, 8, 2, 0, false, false);
+  ata16 (c, 0xb2, 0x800, 2, 0, false, false);
   run (&t, c, 16, NULL, 0);
   ok (last.sense[0] == 0x72 && last.sense[1] == S4K_SENSE_ABORTED_COMMAND,
       "index 2 (no descriptor): ABORT");
-  ata16 (c, 0xb2, 8, 1, 0, false, true);
+  ata16 (c, 0xb2, 0x800, 1, 0, false, true);
   run (&t, c, 16, NULL, 0);
   ok (last.sense[0] == 0x72 && last.sense[1] == 0x01 &&
       last.sense[8 + 13] == 0x50 && s4k_dev_geometry (t.d)->logical == 4096,
-      "index 1, check 8, CK_COND: done (status 50h), the engine at 4096");
+      "index 1, check 0800h, CK_COND: done (status 50h), the engine at 4096");
   run (&t, tur, 6, NULL, 0);
   ok (sense_is (S4K_SENSE_UNIT_ATTENTION, 0x2a, 0x09, -1, false, -1),
       "then UNIT ATTENTION, CAPACITY DATA HAS CHANGED");
+  /* As hdparm 9.65 sends it: non-data, CK_COND, FEATURE 7:0 left 0. */
+  ata16 (c, 0xb2, 0x100, 0, 0, false, true);
+  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
+      last.sense[1] == 0x01 && s4k_dev_geometry (t.d)->logical == 512,
+      "index 0, check 0100h: back to 512");
+  clear_ua (&t);
+  ata16 (c, 0xb2, 0x800, 1, 0, false, false);
+  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_GOOD, "and to 4096 again");
+  clear_ua (&t);
   uint64_t blocks;
   uint32_t L;
   capacity (&t, &blocks, &L);

@@ -88,6 +88,33 @@ suite_format () {
   fi
   rm -f /tmp/fmt.img /tmp/fmt.img.sect4k-geometry
   tidy "format file="
+  # interface=sata: hdparm --set-sector-size (SET SECTOR CONFIGURATION
+  # EXT through ATA PASS-THROUGH), as on a SATA drive.
+  if [ -x /opt/bin/hdparm ] && scsi_start fmt-sata model=512e interface=sata; then
+    dev=$scsi_dev b=${dev#/dev/}
+    dd if=/tmp/fmt.data of="$dev" bs=65536 oflag=direct status=none
+    out=$(/opt/bin/hdparm --set-sector-size 4096 --please-destroy-my-drive "$dev" 2>&1); rc=$?
+    says "format sata: hdparm --set-sector-size 4096 succeeded" "$rc:$out" '^0:' 'succeeded'
+    diag "$(printf '%s\n' "$out" | grep -i 'sector size' | sed 's/^/format sata: hdparm: /')"
+    echo 1 > "/sys/block/$b/device/rescan"
+    is "format sata: after a rescan, logical_block_size 4096" "$(cat /sys/block/$b/queue/logical_block_size)" 4096
+    is "format sata: the capacity in bytes is unchanged" "$(blockdev --getsize64 "$dev")" "$(scsi_bytes $SCSI_SIZE)"
+    check "format sata: the data reads as zeroes" fmt_zeroes "$dev" 4096
+    out=$(/opt/bin/hdparm -I "$dev" 2>&1)
+    says "format sata: hdparm -I: logical 4096, physical 4096" "$out" \
+      'Logical  Sector size: *4096 bytes' 'Physical Sector size: *4096 bytes'
+    diag "$(printf '%s\n' "$out" | grep -e 'Sector size' -e 'user addressable' | sed 's/^[[:space:]]*/format sata: hdparm -I: /')"
+    out=$(/opt/bin/hdparm --set-sector-size 1024 --please-destroy-my-drive "$dev" 2>&1); rc=$?
+    refused "format sata: hdparm --set-sector-size 1024: not in the Sector Configuration log" "$rc" "$out" 'unsupported sector size'
+    out=$(/opt/bin/hdparm --set-sector-size 512 --please-destroy-my-drive "$dev" 2>&1); rc=$?
+    says "format sata: and back: hdparm --set-sector-size 512 succeeded" "$rc:$out" '^0:' 'succeeded'
+    echo 1 > "/sys/block/$b/device/rescan"
+    is "format sata: after a rescan, logical_block_size 512" "$(cat /sys/block/$b/queue/logical_block_size)" 512
+    scsi_stop "format sata"
+  else
+    nok "format sata: sect4k-server --scsi model=512e interface=sata"
+  fi
+  tidy "format sata"
   # scsi_debug for comparison: its MODE SELECT takes no new block length
   # (and its disk has no FORMAT UNIT), so sg_format stops there.
   if insmod /modules/scsi_debug.ko sector_size=512 physblk_exp=3 dev_size_mb=16 2>/tmp/insmod.err; then
