@@ -565,11 +565,12 @@ after_status (struct s4k_completion *c, int res)
   after_io (al);
 }
 
-/* Sends q on the loop's connection, connecting it first if need be. */
+/* Sends q on the loop's connection, connecting it first if need be;
+ * fails it at once while the upstream is down. */
 static int
 start (struct aloop *al, struct s4k_store_req *q)
 {
-  if (!al->h && connect_begin (al) < 0)
+  if (up_down (al->u) || (!al->h && connect_begin (al) < 0))
     return -EIO;
   if (al->connecting) {
     q->piece[0].c.next = NULL;
@@ -661,7 +662,7 @@ sub_run (struct s4k_completion *c, int res)
     xflush_put (s->x, 0);
     return;
   }
-  if (!al->h || al->connecting) {
+  if (!al->h || al->connecting || up_down (al->u)) {
     xflush_put (s->x, -EIO);
     return;
   }
@@ -717,8 +718,13 @@ flush_begin (struct aloop *al, struct s4k_store_req *q)
   }
   /* Its own. */
   int r = 1;
-  if (mark_dirty (u, &al->mark) && al->h && !al->connecting)
+  if (mark_dirty (u, &al->mark) && al->h && !al->connecting) {
     r = start (al, q);
+    if (r < 0 && x) {           /* the upstream is down: x ends q */
+      note_error (q, r);
+      r = 1;
+    }
+  }
   else if (!x)
     r = q->err;
   if (x)

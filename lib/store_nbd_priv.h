@@ -68,6 +68,18 @@ struct nbd_store {
   _Atomic unsigned nloops;
   struct aloop *loops[MAX_LOOPS];
   char info[512];
+  /* The upstream taken as down: a request had no answer for the
+   * timeout.  Until a connection to it succeeds again, requests fail
+   * with EIO at once instead of each waiting for a connection, a
+   * connect or an answer (the prober, a thread started the first time,
+   * connects meanwhile, each try bounded by the timeout). */
+  _Atomic bool down;
+  pthread_mutex_t probe_lock;
+  pthread_cond_t probe_cond;     /* down, or closing */
+  uint64_t down_gen;             /* counts declarations */
+  bool prober_running, closing;
+  pthread_t prober;
+  int wake;                      /* eventfd: ends the prober's connect */
 };
 
 /* ---- marks ------------------------------------------------------------- */
@@ -153,9 +165,15 @@ bool up_export_ok (struct nbd_store *u, struct nbd_handle *h);
  * ends it: 0 or -errno.  A connection that died, or whose upstream said
  * nothing for u->timeout, is closed (its request gets EIO). */
 int up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie);
-/* One line on stderr: the upstream said nothing for u->timeout, and the
- * connection is closed. */
+/* The upstream said nothing for u->timeout: one line on stderr, and it
+ * is taken as down (struct nbd_store's down; the pool's idle connections
+ * are closed).  The caller closes its connection. */
 void up_timed_out (struct nbd_store *u);
+static inline bool
+up_down (struct nbd_store *u)
+{
+  return atomic_load_explicit (&u->down, memory_order_relaxed);
+}
 /* Closes h, telling the upstream (NBD_CMD_DISC) without waiting long
  * for it: the store is closing (at most until *deadline, ns). */
 void up_close_handle (struct nbd_handle *h, uint64_t *deadline);
