@@ -308,10 +308,14 @@ up_timed_out (struct nbd_store *u)
     pthread_cond_signal (&u->probe_cond);
   }
   pthread_mutex_unlock (&u->probe_lock);
+  if (!up_down (u))
+    return;
   /* Its other connections would only make the next requests wait as
-   * long again. */
-  if (up_down (u))
-    reap_idle (u, true);
+   * long again; their unflushed writes may be gone with it.  A flush
+   * meanwhile reports that, per client connection, and passes for the
+   * others. */
+  reap_idle (u, true);
+  up_aio_lost (u);
 }
 
 static int

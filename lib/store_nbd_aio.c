@@ -780,6 +780,14 @@ up_submit (struct s4k_store *s, struct s4k_store_req *q)
   return start (al, q);
 }
 
+void
+up_aio_lost (struct nbd_store *u)
+{
+  unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++)
+    mark_lost (u, &u->loops[i]->mark);
+}
+
 /* At the store's close, the loops gone. */
 void
 up_aio_close (struct nbd_store *u, uint64_t *deadline)

@@ -190,5 +190,8 @@ int up_extent_cb (void *opaque, const char *context, uint64_t offset,
 /* store_nbd_aio.c */
 int up_submit (struct s4k_store *s, struct s4k_store_req *q);
 void up_aio_close (struct nbd_store *u, uint64_t *deadline);
+/* The upstream is down: the loops' unflushed writes count as lost (their
+ * connections stay their threads', closed when they fail). */
+void up_aio_lost (struct nbd_store *u);
 
 #endif

@@ -62,9 +62,11 @@ done
 #    each other on its lock: all get EIO, the last within two timeouts
 #    (before issue 32 they failed one timeout after another: 2, 4, ...
 #    12 s for the writes alone); the first only after the timeout;
-# 2. a read while it is still stopped fails at once;
+# 2. a flush then fails (EIO) for a client connection whose write was
+#    not flushed when it stopped (it may be lost), and passes for the
+#    other; a read while it is still stopped fails at once;
 # 3. continued: a read passes again within a few seconds, and a write
-#    and a flush pass;
+#    and a flush pass; the first connection's next flush passes;
 # 4. stopped again: six reads of one sector, the same;
 # 5. continued, stopped a third time, six reads in flight and SIGTERM:
 #    they fail, and the front end exits 0 within a few seconds.
@@ -137,12 +139,24 @@ def recovers(h, what):
             time.sleep(0.1)
     check(False, "%s: a read passes again within 15s" % what)
 
+def flush(h):
+    try:
+        h.flush()
+        return "ok"
+    except nbd.Error as e:
+        return "EIO" if e.errnum == errno.EIO else str(e)
 h = nbd.NBD()
 h.connect_uri(uri)
 h.pwrite(b"x" * 4096, 0)
 h.flush()
+a = nbd.NBD()                   # its write is not flushed when it stops
+a.connect_uri(uri)
+a.pwrite(b"a" * 4096, 8 * 4096)
 signal(1, "STOP")
 all_eio(queued(h, "wwwwwwrrrrrr"), "six writes and six reads queued")
+got = flush(a), flush(h)
+check(got == ("EIO", "ok"), "flushes while stopped: %s for the connection "
+      "with an unflushed write (want EIO), %s for the other (want ok)" % got)
 t = time.time()
 try:
     h.pread(4096, 0)
@@ -153,6 +167,7 @@ except nbd.Error as e:
           "a read while still stopped: %s at once (%.2fs)" % (e, took))
 signal(2, "CONT")
 recovers(h, "continued")
+check(flush(a) == "ok", "continued: the next flush of that connection passes")
 try:
     h.pwrite(b"z" * 4096, 4096)
     h.flush()
