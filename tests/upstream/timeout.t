@@ -1,12 +1,13 @@
 #!/bin/bash
-# upstream-timeout= (issue 29 item 3), upstream-timeout=2 on both front
-# ends:
+# upstream-timeout= (issue 29 item 3, issue 32 item 4),
+# upstream-timeout=2 on both front ends:
 # - an upstream that accepts and never answers (a Python listener on a
 #   Unix socket): the start fails within the timeout, exit 1, one line;
-# - an upstream that goes silent (nbdkit memory, SIGSTOPped) after a
-#   write and a flush: a read fails with EIO within the timeout;
-# - then six reads in flight on it and SIGTERM: they fail, and the
-#   front end exits 0 (nbdkit: 0 or 143) within a few seconds.
+# - an upstream that goes silent (nbdkit memory, SIGSTOPped): requests
+#   fail with EIO, the first within the timeout and those queued behind
+#   it at once; it serves again once continued or restarted; SIGTERM
+#   with reads pending on it exits 0 (nbdkit: 0 or 143) within a few
+#   seconds (below).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
 need nbdkit
@@ -68,8 +69,10 @@ done
 # 3. continued: a read passes again within a few seconds, and a write
 #    and a flush pass; the first connection's next flush passes;
 # 4. stopped again: six reads of one sector, the same;
-# 5. continued, stopped a third time, six reads in flight and SIGTERM:
-#    they fail, and the front end exits 0 within a few seconds.
+# 5. killed, and a new upstream started on its socket: a read passes
+#    again within a few seconds;
+# 6. that one stopped, six reads in flight and SIGTERM: they fail, and
+#    the front end exits 0 within a few seconds.
 for front in plugin server server-inline; do
   start_nbdkit up-$front memory 64M || exit 1
   up_pid=$pid up_uri=$uri
@@ -90,7 +93,8 @@ def check(cond, what):
     if not cond:
         bad += 1
 def signal(n, sig):
-    # The harness sends sig to the upstream, then says so.
+    # The harness sends sig to the upstream (RESTART: kills it and
+    # starts another), then says so.
     open(os.path.join(tmp, "want-%d-%s" % (n, sig)), "w").close()
     while not os.path.exists(os.path.join(tmp, "did-%d" % n)):
         time.sleep(0.05)
@@ -177,8 +181,8 @@ except nbd.Error as e:
     check(False, "continued: a write and a flush: %s" % e)
 signal(3, "STOP")
 all_eio(queued(h, "rrrrrr"), "stopped again: six reads queued")
-signal(4, "CONT")
-recovers(h, "continued again")
+signal(4, "RESTART")
+recovers(h, "restarted")
 signal(5, "STOP")
 # Six reads in flight, then the front end gets SIGTERM.
 bufs = [nbd.Buffer(4096) for i in range(6)]
@@ -210,7 +214,14 @@ EOF
       sleep 0.05
     done
     f=$(ls "$tmpdir"/want-$n-* 2>/dev/null) || break
-    kill -"${f##*-}" "$up_pid"
+    case ${f##*-} in
+      RESTART)
+        kill -9 "$up_pid"; kill -CONT "$up_pid" 2>/dev/null
+        wait "$up_pid" 2>/dev/null
+        start_nbdkit up-$front memory 64M || break
+        up_pid=$pid ;;
+      *) kill -"${f##*-}" "$up_pid" ;;
+    esac
     touch "$tmpdir/did-$n"
   done
   for _ in $(seq 150); do
@@ -225,12 +236,13 @@ EOF
   took=$(since "$start")
   wait $cpid; cst=$?
   diag "$(cat "$tmpdir/client.out")"
-  ok $cst "$front: queued requests on a stopped upstream fail within two timeouts; it serves again once continued"
+  ok $cst "$front: queued requests on a stopped upstream fail within two timeouts; it serves again once continued or restarted"
   [ $st = 0 ] && [ "${took%.*}" -lt 8 ]
   ok $? "$front: SIGTERM with six reads pending on it exits $st in ${took}s"
   grep "upstream=" "$tmpdir/$front.log" | head -4 | sed 's/^/# /'
   # Its own exit after SIGSTOP/SIGCONT is not under test (it can hang
   # under ASan's preload).
-  kill -9 "$up_pid"; kill -CONT "$up_pid"; wait "$up_pid" 2>/dev/null
+  kill -9 "$up_pid"; kill -CONT "$up_pid" 2>/dev/null
+  wait "$up_pid" 2>/dev/null
 done
 done_testing
