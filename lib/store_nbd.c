@@ -30,7 +30,13 @@
  * nothing for that long while it waits; its connection is closed, as
  * one that died.  The synchronous path runs libnbd's nbd_aio_* calls
  * and polls with the timeout (the blocking calls have none); the loops
- * watch their connection (store_nbd_aio.c).
+ * watch their connection (store_nbd_aio.c).  The upstream is then taken
+ * as down: requests fail with EIO at once, on both paths, rather than
+ * each waiting as long again (for the sector lock the first held, for a
+ * connection of the pool, for a connect a stopped upstream accepts and
+ * never answers); the pool's idle connections are closed and every
+ * connection's unflushed writes count as lost.  A thread, the prober,
+ * connects meanwhile; once it has, requests go upstream again.
  *
  * Partial writes: where the export's minimum block size allows it (and
  * upstream-partial-writes= is not false), a write that cuts physical

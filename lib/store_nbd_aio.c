@@ -25,6 +25,8 @@
  * commands in flight) while its socket says nothing for that long is
  * closed as one that died (its requests fail with EIO): a timer of the
  * loop's ring, armed while it waits, checks when it last heard of it.
+ * The upstream is then down (store_nbd.c): every loop fails its new
+ * requests at once until the prober has connected again.
  *
  * Block status goes the same way (nbd_aio_block_status), its replies
  * rounded to whole physical sectors by the same callback as the
