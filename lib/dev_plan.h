@@ -95,7 +95,7 @@ plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
     return -ENOTSUP;
   /* A drive refuses a write marked atomic that it cannot do whole. */
   if (op == S4K_OP_WRITE && (flags & S4K_ATOMIC) &&
-      !s4k_atomic_fits (&d->atomic, len, off))
+      !s4k_atomic_allowed (&d->atomic, len, off))
     return -EINVAL;
   span_of (d, len, off, s);
   place (t, s);
@@ -344,7 +344,7 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
 }
 
 /* True if the device does the write q atomically: marked so (plan
- * refused it if it does not fit, and nothing fits without atomic
+ * refused it if it is not allowed, and nothing is without atomic
  * writes), or under implicit, it fits. */
 S4K_INLINE bool
 atomic_write (const struct s4k_dev *d, const struct request *q)
@@ -576,7 +576,8 @@ lock:
     goto done;                  /* a zero that left no cut sector */
   /* Only a synchronous layer (the fault layer) has write_atomic. */
   if (__builtin_expect (d->write_atomic, 0) && atomic_write (d, q)) {
-    r = d->store->ops->write_atomic (d->store, sq->io, sq->n, fua);
+    r = d->store->ops->write_atomic (d->store, sq->io, sq->n, fua, q->len,
+                                     q->off);
     goto done;
   }
 last:

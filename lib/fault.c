@@ -82,10 +82,11 @@ fault_read (struct s4k_store *s, const struct s4k_io *io, unsigned n)
   return r;
 }
 
-/* atomic: the sectors are kept or dropped together at a cut. */
+/* atomic (the write's own bytes), not NULL: the sectors are kept or
+ * dropped together at a cut. */
 static int
 write_any (struct s4k_store *s, const struct s4k_io *io, unsigned n,
-           bool fua, bool atomic)
+           bool fua, const struct fault_span *atomic)
 {
   struct s4k_fault *f = (struct s4k_fault *) s;
   int r = 0;
@@ -127,16 +128,17 @@ static int
 fault_write (struct s4k_store *s, const struct s4k_io *io, unsigned n,
              bool fua)
 {
-  return write_any (s, io, n, fua, false);
+  return write_any (s, io, n, fua, NULL);
 }
 
 /* Without the cache the write reaches the store under the mutex, all of
  * it before a cut can run; with it, fault_stage keeps it one unit. */
 static int
 fault_write_atomic (struct s4k_store *s, const struct s4k_io *io,
-                    unsigned n, bool fua)
+                    unsigned n, bool fua, uint64_t len, uint64_t off)
 {
-  return write_any (s, io, n, fua, true);
+  const struct fault_span span = { off, off + len };
+  return write_any (s, io, n, fua, &span);
 }
 
 static int

@@ -101,16 +101,20 @@ stage_piece (struct s4k_fault *f, const struct s4k_io *io)
  * (torn, it would tear them). */
 static __attribute__ ((noinline)) int
 stage_units (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
-             bool atomic)
+             const struct fault_span *atomic)
 {
   const uint64_t first = sector_of (f, io[0].off);
   const uint64_t last = sector_of (f, io[n - 1].off + io[n - 1].len - 1);
+  uint64_t aoff = atomic ? atomic->off : 0, aend = atomic ? atomic->end : 0;
   int r = 0;
   for (uint64_t k = first; r == 0 && k <= last && f->atomic_sectors; k++) {
     struct entry *e = fault_lookup (f, k);
     if (!e || !e->atomic)
       continue;
     if (atomic && e->gfirst >= first && e->glast <= last) {
+      /* Taken in: its bytes go with the new unit, kept or dropped. */
+      aoff = e->aoff < aoff ? e->aoff : aoff;
+      aend = e->aend > aend ? e->aend : aend;
       e->atomic = false;
       f->atomic_sectors--;
     }
@@ -124,6 +128,8 @@ stage_units (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
     e->atomic = true;
     e->gfirst = first;
     e->glast = last;
+    e->aoff = aoff;
+    e->aend = aend;
     f->atomic_sectors++;
   }
   return r;
@@ -131,7 +137,7 @@ stage_units (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
 
 int
 fault_stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
-             bool atomic)
+             const struct fault_span *atomic)
 {
   if (__builtin_expect (atomic || f->atomic_sectors, 0))
     return stage_units (f, io, n, atomic);

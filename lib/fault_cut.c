@@ -46,12 +46,13 @@ cut_unit (struct s4k_fault *f, struct entry *e, enum s4k_torn torn,
   const bool kept = torn != S4K_TORN_NONE && prng_below (f, 2) == 0;
   *kept_out = kept;
   const uint64_t first = e->gfirst, last = e->glast;
-  uint64_t s, end, s2;
-  s4k_sector_range (&f->g, first, &s, &end);
-  s4k_sector_range (&f->g, last, &s2, &end);
+  uint64_t s, end;
+  /* lba, lbas: what the atomic write covers; sectors: the physical
+   * sectors it settles, which with an alignment offset (512e-xp) or
+   * atomic-write-min below the physical sector hold neighbours too. */
   fprintf (units, "%s\n  {\"lba\": %" PRIu64 ", \"lbas\": %" PRIu64
            ", \"sectors\": [%" PRIu64 ", %" PRIu64 "], \"outcome\": \"%s\"}",
-           n ? "," : "", s / L, (end - s) / L, first, last,
+           n ? "," : "", e->aoff / L, (e->aend - e->aoff) / L, first, last,
            kept ? "kept" : "dropped");
   for (uint64_t k = first; k <= last; k++) {
     s4k_sector_range (&f->g, k, &s, &end);

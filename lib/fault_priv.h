@@ -43,6 +43,10 @@ struct entry {
   uint64_t k;
   bool atomic;
   uint64_t gfirst, glast;
+  uint64_t aoff, aend;                  /* the unit's atomic writes, as the
+                                           cut report lists them: bytes
+                                           from the first any covers to
+                                           the end of the last */
   struct entry *hnext;                  /* hash chain */
   struct entry *prev, *next;            /* oldest first */
   char data[];
@@ -57,6 +61,7 @@ struct s4k_fault {
   struct s4k_fault_config cfg;
   pthread_mutex_t m;
   struct badset bad;
+  uint64_t repaired;                    /* bad sectors writes repaired */
   struct entry **bucket;
   unsigned bucket_bits;
   struct entry *oldest, *newest;
@@ -95,9 +100,14 @@ struct entry *fault_lookup (struct s4k_fault *f, uint64_t k);
 void fault_drop (struct s4k_fault *f, struct entry *e);
 /* Drops the dirty sectors in [off, off+len) (whole sectors). */
 void fault_drop_range (struct s4k_fault *f, uint64_t len, uint64_t off);
-/* Puts a write's sectors in the table as dirty (atomic: as one unit). */
+/* An atomic write's own bytes, [off, end). */
+struct fault_span {
+  uint64_t off, end;
+};
+/* Puts a write's sectors in the table as dirty (atomic, not NULL: as one
+ * unit, the write's bytes being *atomic). */
 int fault_stage (struct s4k_fault *f, const struct s4k_io *io, unsigned n,
-                 bool atomic);
+                 const struct fault_span *atomic);
 /* Makes a dirty sector durable (with its atomic unit, if it has one). */
 int fault_destage (struct s4k_fault *f, struct entry *e);
 /* Makes the atomic units among the dirty sectors of [off, off+len)

@@ -76,9 +76,11 @@ struct s4k_store_ops {
   /* Optional: a write the device does atomically (README "Atomic
    * writes"): all of it or none at a power cut.  Only a synchronous
    * store that can lose part of a write (the fault layer) has it; the
-   * others get write, which no power cut interrupts. */
+   * others get write, which no power cut interrupts.  [off, off+len):
+   * the request's own bytes within io's (whole physical sectors, after
+   * an RMW), which the cut report names. */
   int (*write_atomic) (struct s4k_store *s, const struct s4k_io *io,
-                       unsigned n, bool fua);
+                       unsigned n, bool fua, uint64_t len, uint64_t off);
   /* Optional, with lockfree_reads: a read the caller holds the shared
    * sector locks of (see `contended` in struct s4k_store). */
   int (*read_locked) (struct s4k_store *s, const struct s4k_io *io,

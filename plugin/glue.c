@@ -32,6 +32,19 @@ s4k_glue_result (struct s4k_dev *dev, atomic_bool *refused_once, int r,
   return -1;
 }
 
+bool
+s4k_glue_cut_off (struct s4k_dev *dev, unsigned epoch, atomic_bool *cut_logged)
+{
+  s4k_fault_epoch (epoch);
+  if (epoch == s4k_dev_power_cuts (dev))
+    return false;
+  if (!atomic_exchange (cut_logged, true))
+    nbdkit_error ("power cut: this connection was opened before it; every "
+                  "request on it fails with EIO, reconnect");
+  nbdkit_set_error (EIO);
+  return true;
+}
+
 unsigned
 s4k_glue_flags (uint32_t flags)
 {

@@ -14,6 +14,14 @@
  * connection, *refused_once remembering it, then as debug messages). */
 int s4k_glue_result (struct s4k_dev *dev, atomic_bool *refused_once, int r,
                      enum s4k_op op, uint64_t len, uint64_t off);
+/* nbdkit 1.32 cannot drop a connection: after a power cut, every request
+ * on one opened before it (epoch: the device's power cuts then) fails
+ * with EIO instead, and the engine refuses those still in flight.  Sets
+ * the thread's epoch (s4k_fault_epoch) for the engine call to follow;
+ * true, with nbdkit's error set (and logged once per connection,
+ * *cut_logged remembering it), if the connection is cut off. */
+bool s4k_glue_cut_off (struct s4k_dev *dev, unsigned epoch,
+                       atomic_bool *cut_logged);
 /* NBDKIT_FLAG_... to S4K_FUA, S4K_MAY_TRIM, S4K_FAST_ZERO. */
 unsigned s4k_glue_flags (uint32_t flags);
 

@@ -72,6 +72,8 @@ static int thread_model = -1;           /* nbdkit's final one */
 
 struct handle {
   atomic_bool refused_once;     /* atomic: parallel worker threads */
+  atomic_bool cut_logged;
+  unsigned epoch;               /* power cuts before the connection */
   char *exportname;             /* the client's, for the device's first */
 };
 
@@ -527,6 +529,8 @@ sect4k_prepare (nbdkit_next *next, void *handle, int readonly)
       r = -1;
     }
   }
+  if (r == 0)
+    h->epoch = s4k_dev_power_cuts (dev);
   if (r == 0 && !readonly) {
     dev_writable = true;
     if (!own_next && thread_model == NBDKIT_THREAD_MODEL_PARALLEL)
@@ -608,11 +612,26 @@ result (void *handle, int r, enum s4k_op op, uint64_t len, uint64_t off,
   return -1;
 }
 
+/* A connection opened before a power cut gets EIO for every request,
+ * as in the plugin (s4k_glue_cut_off); this also marks the engine call
+ * to follow with its epoch, so that a cut while it runs refuses it. */
+static bool
+cut_off (void *handle, int *err)
+{
+  struct handle *h = handle;
+  if (!cfg.fault.on || !s4k_glue_cut_off (dev, h->epoch, &h->cut_logged))
+    return false;
+  *err = EIO;
+  return true;
+}
+
 static int
 sect4k_pread (nbdkit_next *next, void *h, void *buf, uint32_t count,
               uint64_t offset, uint32_t flags, int *err)
 {
   (void) flags;
+  if (cut_off (h, err))
+    return -1;
   return result (h, WITH_NEXT (next, s4k_read (dev, buf, count, offset)),
                  S4K_OP_READ, count, offset, err);
 }
@@ -621,6 +640,8 @@ static int
 sect4k_pwrite (nbdkit_next *next, void *h, const void *buf, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
+  if (cut_off (h, err))
+    return -1;
   return result (h, WITH_NEXT (next, s4k_write (dev, buf, count, offset,
                                                 s4k_glue_flags (flags))),
                  S4K_OP_WRITE, count, offset, err);
@@ -630,6 +651,8 @@ static int
 sect4k_zero (nbdkit_next *next, void *h, uint32_t count, uint64_t offset,
              uint32_t flags, int *err)
 {
+  if (cut_off (h, err))
+    return -1;
   return result (h, WITH_NEXT (next, s4k_zero (dev, count, offset,
                                                s4k_glue_flags (flags))),
                  S4K_OP_ZERO, count, offset, err);
@@ -639,6 +662,8 @@ static int
 sect4k_trim (nbdkit_next *next, void *h, uint32_t count, uint64_t offset,
              uint32_t flags, int *err)
 {
+  if (cut_off (h, err))
+    return -1;
   return result (h, WITH_NEXT (next, s4k_trim (dev, count, offset,
                                                s4k_glue_flags (flags))),
                  S4K_OP_TRIM, count, offset, err);
@@ -648,6 +673,8 @@ static int
 sect4k_flush (nbdkit_next *next, void *h, uint32_t flags, int *err)
 {
   (void) flags;
+  if (cut_off (h, err))
+    return -1;
   return result (h, WITH_NEXT (next, s4k_flush (dev)), S4K_OP_FLUSH, 0, 0,
                  err);
 }
@@ -657,6 +684,8 @@ sect4k_cache (nbdkit_next *next, void *h, uint32_t count, uint64_t offset,
               uint32_t flags, int *err)
 {
   (void) next; (void) flags;
+  if (cut_off (h, err))
+    return -1;
   return result (h, s4k_cache (dev, count, offset), S4K_OP_CACHE, count,
                  offset, err);
 }
@@ -666,6 +695,8 @@ sect4k_extents (nbdkit_next *next, void *h, uint32_t count, uint64_t offset,
                 uint32_t flags, struct nbdkit_extents *extents, int *err)
 {
   struct s4k_glue_extents c = { extents, flags & NBDKIT_FLAG_REQ_ONE };
+  if (cut_off (h, err))
+    return -1;
   return result (h, WITH_NEXT (next, s4k_extents (dev, count, offset,
                                                   s4k_glue_add_extent, &c)),
                  S4K_OP_EXTENTS, count, offset, err);

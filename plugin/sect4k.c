@@ -202,28 +202,13 @@ sect4k_open (int readonly)
   return h;
 }
 
-/* nbdkit 1.32 cannot drop a connection: after a power cut, every request
- * on one opened before it fails with EIO instead, and the engine refuses
- * its writes still in flight (s4k_fault_epoch). */
-static bool __attribute__ ((noinline))
-cut_off_faults (struct handle *h)
-{
-  s4k_fault_epoch (h->epoch);
-  if (h->epoch == s4k_dev_power_cuts (h->dev))
-    return false;
-  if (!atomic_exchange (&h->cut_logged, true)) {
-    nbdkit_error ("power cut: this connection was opened before it; every "
-                  "request on it fails with EIO, reconnect");
-  }
-  nbdkit_set_error (EIO);
-  return true;
-}
-
-/* Inline: on an export without faults, one test of the handle. */
+/* A connection opened before a power cut gets EIO (s4k_glue_cut_off).
+ * Inline: on an export without faults, one test of the handle. */
 static inline bool
 cut_off (struct handle *h)
 {
-  return __builtin_expect (h->faults, 0) && cut_off_faults (h);
+  return __builtin_expect (h->faults, 0) &&
+         s4k_glue_cut_off (h->dev, h->epoch, &h->cut_logged);
 }
 
 static void

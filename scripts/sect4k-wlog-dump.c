@@ -16,7 +16,7 @@ print_flags (uint64_t f)
     { S4K_WLOG_FLUSH, "flush" }, { S4K_WLOG_FUA, "fua" },
     { S4K_WLOG_DISCARD, "discard" }, { S4K_WLOG_MARK, "mark" },
     { S4K_WLOG_METADATA, "metadata" }, { S4K_WLOG_ZERO, "zero" },
-    { S4K_WLOG_GEOMETRY, "geometry" },
+    { S4K_WLOG_GEOMETRY, "geometry" }, { S4K_WLOG_ATOMIC, "atomic" },
   };
   const char *sep = "";
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -31,6 +31,9 @@ print_flags (uint64_t f)
     printf ("write");
 }
 
+static const char usage[] =
+  "usage: sect4k-wlog-dump LOG [--summary] [--tail]\n";
+
 int
 main (int argc, char **argv)
 {
@@ -42,14 +45,18 @@ main (int argc, char **argv)
       summary = true;
     else if (strcmp (argv[i], "--tail") == 0)
       flags |= S4K_WLOG_READ_TAIL;
+    else if (strcmp (argv[i], "--help") == 0 || strcmp (argv[i], "-h") == 0) {
+      fputs (usage, stdout);
+      return 0;
+    }
     else if (argv[i][0] != '-' && !path)
       path = argv[i];
     else {
-      fprintf (stderr, "usage: sect4k-wlog-dump LOG [--summary] [--tail]\n");
+      fputs (usage, stderr);
       return 2;
     }
   if (!path) {
-    fprintf (stderr, "usage: sect4k-wlog-dump LOG [--summary] [--tail]\n");
+    fputs (usage, stderr);
     return 2;
   }
   char err[512];
@@ -60,7 +67,7 @@ main (int argc, char **argv)
   }
   const struct s4k_wlog_info *info = s4k_wlog_info (r);
   uint64_t n = 0, writes = 0, zeros = 0, discards = 0, flushes = 0,
-           fuas = 0, marks = 0, bytes = 0, past = 0;
+           fuas = 0, atomics = 0, marks = 0, bytes = 0, past = 0;
   struct s4k_wlog_entry e;
   int got;
   if (!summary) {
@@ -83,6 +90,7 @@ main (int argc, char **argv)
     else if (e.len) {
       writes++;
       zeros += (e.flags & S4K_WLOG_ZERO) != 0;
+      atomics += (e.flags & S4K_WLOG_ATOMIC) != 0;
       bytes += e.len;
     }
     flushes += (e.flags & S4K_WLOG_FLUSH) != 0;
@@ -105,9 +113,10 @@ main (int argc, char **argv)
   if (summary)
     printf ("entries=%" PRIu64 " writes=%" PRIu64 " zeros=%" PRIu64
             " discards=%" PRIu64 " flushes=%" PRIu64 " fua=%" PRIu64
-            " marks=%" PRIu64 " bytes=%" PRIu64 " past_count=%" PRIu64
-            " geometry=%s\n", n, writes, zeros, discards, flushes, fuas,
-            marks, bytes, past, info->known ? "yes" : "no");
+            " atomic=%" PRIu64 " marks=%" PRIu64 " bytes=%" PRIu64
+            " past_count=%" PRIu64 " geometry=%s\n", n, writes, zeros,
+            discards, flushes, fuas, atomics, marks, bytes, past,
+            info->known ? "yes" : "no");
   s4k_wlog_close (r);
   return 0;
 }

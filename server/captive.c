@@ -60,10 +60,9 @@ parse_env_uint (const char *name, unsigned long *out)
 }
 
 int
-captive_socket_activation (int *fd)
+captive_socket_activation (int *fds, unsigned max)
 {
   unsigned long pid, n;
-  *fd = -1;
   if (!parse_env_uint ("LISTEN_PID", &pid) ||
       !parse_env_uint ("LISTEN_FDS", &n))
     return 0;
@@ -71,35 +70,36 @@ captive_socket_activation (int *fd)
     fprintf (stderr, PROG ": LISTEN_PID=%lu is not for us (ignored)\n", pid);
     return 0;
   }
-  if (n != 1) {
+  if (n == 0 || n > max) {
     fprintf (stderr, PROG ": socket activation: LISTEN_FDS=%lu: "
-             "sect4k-server serves exactly one socket (give systemd one "
-             "ListenStream=)\n", n);
+             "sect4k-server serves 1 to %u sockets\n", n, max);
     return -1;
   }
   /* Not passed on to --run's command (nor any other child). */
   unsetenv ("LISTEN_PID");
   unsetenv ("LISTEN_FDS");
   unsetenv ("LISTEN_FDNAMES");
-  const int first = 3;          /* SD_LISTEN_FDS_START */
-  int listening = 0, type = 0;
-  socklen_t len = sizeof listening;
-  int f = fcntl (first, F_GETFD);
-  if (f == -1 || fcntl (first, F_SETFD, f | FD_CLOEXEC) == -1) {
-    fprintf (stderr, PROG ": socket activation: fd %d: %s\n", first,
-             s4k_strerror (errno));
-    return -1;
+  for (unsigned i = 0; i < n; i++) {
+    const int fd = 3 + i;           /* SD_LISTEN_FDS_START */
+    int listening = 0, type = 0;
+    socklen_t len = sizeof listening;
+    int f = fcntl (fd, F_GETFD);
+    if (f == -1 || fcntl (fd, F_SETFD, f | FD_CLOEXEC) == -1) {
+      fprintf (stderr, PROG ": socket activation: fd %d: %s\n", fd,
+               s4k_strerror (errno));
+      return -1;
+    }
+    if (getsockopt (fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == -1 ||
+        (len = sizeof type,
+         getsockopt (fd, SOL_SOCKET, SO_TYPE, &type, &len) == -1) ||
+        !listening || type != SOCK_STREAM) {
+      fprintf (stderr, PROG ": socket activation: fd %d is not a listening "
+               "stream socket (ListenStream=, and not Accept=yes)\n", fd);
+      return -1;
+    }
+    fds[i] = fd;
   }
-  if (getsockopt (first, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == -1 ||
-      (len = sizeof type,
-       getsockopt (first, SOL_SOCKET, SO_TYPE, &type, &len) == -1) ||
-      !listening || type != SOCK_STREAM) {
-    fprintf (stderr, PROG ": socket activation: fd %d is not a listening "
-             "stream socket (ListenStream=, and not Accept=yes)\n", first);
-    return -1;
-  }
-  *fd = first;
-  return 1;
+  return n;
 }
 
 int
@@ -241,7 +241,10 @@ captive_env_nbd (struct captive_env *e, int listen_fd, const char *unix_path,
     snprintf (port, sizeof port, "%u", ntohs (a->sin6_port));
     snprintf (uri, sizeof uri, "%s://[%s]:%s/%s", scheme, host, port, name);
   }
+  /* $nbd: nbdkit >= 1.24 sets it to the same URI (nbdkit-captive(1)),
+   * so commands written for nbdkit (qemu-img convert $nbd) run here. */
   if (captive_env_add (e, "uri", uri) == -1 ||
+      captive_env_add (e, "nbd", uri) == -1 ||
       captive_env_add (e, "exportname", exportname) == -1 ||
       (port[0] && captive_env_add (e, "port", port) == -1) ||
       (port[0] && captive_env_add (e, "unixsocket", "") == -1) ||

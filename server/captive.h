@@ -16,9 +16,10 @@ int captive_exit_with_parent (pid_t ppid);
 
 /* LISTEN_PID and LISTEN_FDS (systemd socket activation): 0 if they are
  * not set or not for this process (said, and ignored, as nbdkit does);
- * 1 with *fd = 3 (made close-on-exec, the variables removed) for one
- * listening socket; -1 with a message for anything else. */
-int captive_socket_activation (int *fd);
+ * N, with fds[0..N) = 3..3+N (made close-on-exec, the variables removed)
+ * for N listening sockets, N <= max, as nbdkit serves them all; -1 with a
+ * message for anything else. */
+int captive_socket_activation (int *fds, unsigned max);
 
 /* -U -: a new directory $TMPDIR/sect4k-XXXXXX (TMPDIR default /tmp);
  * path is DIR/socket.  -1 with a message. */

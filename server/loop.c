@@ -89,8 +89,15 @@ struct worker {
   atomic_bool stop_requested;       /* set by the main thread */
   int wake_fd;                      /* eventfd: posts and stop requests */
   uint64_t wake_value;
-  struct s4k_completion wake_op, accept_op;
-  bool accept_busy, accept_retry;
+  struct s4k_completion wake_op;
+  /* One accept in flight per listening socket. */
+  struct acceptor {
+    struct s4k_completion op;
+    struct worker *w;
+    unsigned i;                     /* s->listen_fd[i] */
+    bool busy, retry;
+  } acc[SERVER_MAX_LISTEN];
+  unsigned accepts_busy;
   bool stopping;
   uint64_t stop_deadline, next_tick;
   uint64_t answer_deadline;         /* requests get ESHUTDOWN until then */
@@ -127,12 +134,14 @@ get_sqe (struct worker *w)
 }
 
 static void
-arm_accept (struct worker *w)
+arm_accept (struct acceptor *a)
 {
-  struct io_uring_sqe *sqe = get_sqe (w);
-  io_uring_prep_accept (sqe, w->s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-  io_uring_sqe_set_data (sqe, &w->accept_op);
-  w->accept_busy = true;
+  struct io_uring_sqe *sqe = get_sqe (a->w);
+  io_uring_prep_accept (sqe, a->w->s->listen_fd[a->i], NULL, NULL,
+                        SOCK_CLOEXEC);
+  io_uring_sqe_set_data (sqe, &a->op);
+  a->busy = true;
+  a->w->accepts_busy++;
 }
 
 static void
@@ -539,18 +548,20 @@ on_send (struct s4k_completion *op, int res)
 static void
 on_accept (struct s4k_completion *op, int res)
 {
-  struct worker *w = s4k_container_of (op, struct worker, accept_op);
+  struct acceptor *a = s4k_container_of (op, struct acceptor, op);
+  struct worker *w = a->w;
   struct server *s = w->s;
-  w->accept_busy = false;
+  a->busy = false;
+  w->accepts_busy--;
   if (res < 0) {
     if (res != -ECANCELED && !w->stopping) {
       log_msg ("accept: %s", s4k_strerror (-res));
-      w->accept_retry = true;   /* after a tick, not in a tight loop */
+      a->retry = true;          /* after a tick, not in a tight loop */
     }
     return;
   }
   if (!w->stopping)
-    arm_accept (w);
+    arm_accept (a);
   int fd = res;
   if (w->stopping ||
       atomic_fetch_add (&s->connections, 1) >= s->max_connections) {
@@ -577,7 +588,7 @@ on_accept (struct s4k_completion *op, int res)
   sc->deadline = sc->active + (uint64_t) s->handshake_timeout * 1000;
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
-  if (s->tcp && getpeername (fd, (struct sockaddr *) &ss, &sl) == 0) {
+  if (s->tcp[a->i] && getpeername (fd, (struct sockaddr *) &ss, &sl) == 0) {
     char host[INET6_ADDRSTRLEN] = "?";
     unsigned port = 0;
     if (ss.ss_family == AF_INET) {
@@ -635,8 +646,9 @@ begin_stop (struct worker *w)
   w->stop_deadline = now + (uint64_t) w->s->shutdown_grace * 1000;
   w->answer_deadline = now + STOP_ANSWER_MS;
   w->answer_floor = now + QUIET_MS;
-  if (w->accept_busy)
-    cancel_op (w, &w->accept_op);
+  for (unsigned i = 0; i < w->s->nlisten; i++)
+    if (w->acc[i].busy)
+      cancel_op (w, &w->acc[i].op);
   for (struct sconn *sc = w->conns, *next; sc; sc = next) {
     next = sc->next;
     if (conn_in_handshake (&sc->c) && sc->tls)
@@ -685,10 +697,11 @@ tick (struct worker *w)
   if (now < w->next_tick)
     return;
   w->next_tick = now + TICK_MS;
-  if (w->accept_retry && !w->stopping) {
-    w->accept_retry = false;
-    arm_accept (w);
-  }
+  for (unsigned i = 0; i < w->s->nlisten; i++)
+    if (w->acc[i].retry && !w->stopping) {
+      w->acc[i].retry = false;
+      arm_accept (&w->acc[i]);
+    }
   for (struct sconn *sc = w->conns, *next; sc; sc = next) {
     next = sc->next;
     if (sc->closing)
@@ -760,13 +773,14 @@ worker_main (void *arg)
   current_worker = w;
   w->runq_tail = &w->runq;
   arm_wake (w);
-  arm_accept (w);
+  for (unsigned i = 0; i < w->s->nlisten; i++)
+    arm_accept (&w->acc[i]);
   /* A stopped loop keeps running what is posted to it until every loop
    * has stopped: a request on another loop may still wait for it (the
    * upstream store asks each loop to flush its own connection). */
   bool stopped = false;
   for (;;) {
-    if (!stopped && w->stopping && !w->conns && !w->accept_busy) {
+    if (!stopped && w->stopping && !w->conns && !w->accepts_busy) {
       stopped = true;
       atomic_fetch_sub (&w->s->loops_running, 1);
     }
@@ -807,7 +821,9 @@ serve (struct server *s)
     w->id = started;
     w->loop = (struct s4k_loop) { &w->ring, post };
     w->wake_op.fn = on_wake;
-    w->accept_op.fn = on_accept;
+    for (unsigned i = 0; i < s->nlisten; i++)
+      w->acc[i] = (struct acceptor) { { .fn = on_accept }, w, i, false,
+                                      false };
     w->wake_fd = eventfd (0, EFD_CLOEXEC);
     if (w->wake_fd == -1 ||
         pthread_create (&w->thread, NULL, worker_main, w) != 0) {

@@ -78,9 +78,9 @@ usage (FILE *f)
 "      --run CMD              run CMD with /bin/sh once every export is\n"
 "                             served (with --scsi: every disk exists), then\n"
 "                             stop and exit with its status (128+N for signal\n"
-"                             N); CMD sees $uri, $exportname, $port or\n"
-"                             $unixsocket, $tls, and with --scsi $dev and\n"
-"                             $dev_NAME per named export\n"
+"                             N); CMD sees $uri (and $nbd, the same),\n"
+"                             $exportname, $port or $unixsocket, $tls, and\n"
+"                             with --scsi $dev and $dev_NAME per named export\n"
 "  -P, --pidfile FILE         write the pid to FILE once serving\n"
 "      --exit-with-parent     stop (as on SIGTERM) when the parent exits\n"
 "  -v, --verbose              log connections and refused requests\n"
@@ -95,7 +95,8 @@ usage (FILE *f)
 "\n"
 "SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the server cleanly (disks removed).\n"
 "With LISTEN_PID and LISTEN_FDS set (systemd socket activation), it serves\n"
-"the listening socket at fd 3 instead of --unix or --listen.\n",
+"every listening socket passed (fd 3 on, up to 16) instead of --unix or\n"
+"--listen.\n",
            s4k_config_help);
 }
 
@@ -340,10 +341,11 @@ start_run (const char *cmd, const struct server *s, const char *unix_path,
     }
   struct captive_env env = { 0 };
   int r = 0;
-  if (s->listen_fd != -1)
-    r = captive_env_nbd (&env, s->listen_fd, unix_path, s->cfg.export_name,
+  if (s->nlisten)
+    r = captive_env_nbd (&env, s->listen_fd[0], unix_path, s->cfg.export_name,
                          s->cfg.tls);
   else if (captive_env_add (&env, "uri", "") == -1 ||
+           captive_env_add (&env, "nbd", "") == -1 ||
            captive_env_add (&env, "exportname", s->cfg.export_name) == -1 ||
            captive_env_add (&env, "port", "") == -1 ||
            captive_env_add (&env, "unixsocket", "") == -1)
@@ -537,9 +539,11 @@ main (int argc, char **argv)
     fprintf (stderr, PROG ": give --unix or --listen, not both\n");
     return 1;
   }
-  /* As nbdkit: an inherited socket is the only one, and no --run. */
-  int activated_fd;
-  const int activated = captive_socket_activation (&activated_fd);
+  /* As nbdkit: the inherited sockets, all of them, are the only ones,
+   * and no --run. */
+  int activated_fds[SERVER_MAX_LISTEN];
+  const int activated = captive_socket_activation (activated_fds,
+                                                   SERVER_MAX_LISTEN);
   if (activated == -1)
     return 1;
   if (activated && (unix_path || listen_spec || run)) {
@@ -548,8 +552,9 @@ main (int argc, char **argv)
              "--listen" : "--run");
     return 1;
   }
-  if (activated && check_activated (activated_fd, allow_remote) == -1)
-    return 1;
+  for (int i = 0; i < activated; i++)
+    if (check_activated (activated_fds[i], allow_remote) == -1)
+      return 1;
   const bool private_socket = unix_path && strcmp (unix_path, "-") == 0;
   char private_path[PATH_MAX];
   if (exit_with_parent && captive_exit_with_parent (ppid) == -1)
@@ -644,30 +649,41 @@ main (int argc, char **argv)
     return 1;
   }
 
-  char where[300] = "";
-  s.listen_fd = -1;
+  char where[SERVER_MAX_LISTEN * 120] = "";
+  int lfd = -1;
   if (!listening)
     ;
   else if (activated) {
-    s.listen_fd = activated_fd;
-    s.tcp = socket_where (activated_fd, where, sizeof where) != AF_UNIX;
+    size_t o = 0;
+    for (int i = 0; i < activated; i++) {
+      char one[300];
+      s.listen_fd[i] = activated_fds[i];
+      s.tcp[i] = socket_where (activated_fds[i], one, sizeof one) != AF_UNIX;
+      o += snprintf (where + o, o < sizeof where ? sizeof where - o : 0,
+                     "%s%s", i ? ", " : "", one);
+    }
+    s.nlisten = activated;
   }
   else if (private_socket) {
     if (captive_private_dir (private_path, sizeof private_path) == 0) {
       unix_path = private_path;
-      s.listen_fd = listen_unix (unix_path, where, sizeof where);
-      if (s.listen_fd == -1)
+      lfd = listen_unix (unix_path, where, sizeof where);
+      if (lfd == -1)
         captive_private_remove (private_path);
     }
   }
   else if (unix_path)
-    s.listen_fd = listen_unix (unix_path, where, sizeof where);
+    lfd = listen_unix (unix_path, where, sizeof where);
   else {
-    s.tcp = true;
-    s.listen_fd = listen_tcp (listen_spec ? listen_spec : "127.0.0.1:10809",
-                              allow_remote, where, sizeof where);
+    s.tcp[0] = true;
+    lfd = listen_tcp (listen_spec ? listen_spec : "127.0.0.1:10809",
+                      allow_remote, where, sizeof where);
   }
-  if (listening && s.listen_fd == -1) {
+  if (lfd != -1) {
+    s.listen_fd[0] = lfd;
+    s.nlisten = 1;
+  }
+  if (listening && !s.nlisten) {
     s4k_exports_close (&exports);
     free (cfgs);
     return 1;
@@ -718,12 +734,12 @@ main (int argc, char **argv)
     ret = ret ? ret : st;         /* the server's own failure first */
   }
 out:
-  if (s.listen_fd != -1)
-    close (s.listen_fd);
+  for (unsigned i = 0; i < s.nlisten; i++)
+    close (s.listen_fd[i]);
   scsi_stop (front);
   if (unix_path)
     s4k_unix_unlink (unix_path, &unix_sock);
-  if (private_socket && s.listen_fd != -1)
+  if (private_socket && s.nlisten)
     captive_private_remove (private_path);
   for (const struct server_cfg *e = &s.cfg; e; e = e->next) {
     int r = s4k_flush (e->dev);

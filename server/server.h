@@ -8,10 +8,15 @@
 
 #include "conn.h"
 
+/* Listening sockets: one from --unix or --listen, or every socket systemd
+ * passed (LISTEN_FDS). */
+#define SERVER_MAX_LISTEN 16
+
 struct server {
   struct server_cfg cfg;
-  int listen_fd;
-  bool tcp;                         /* TCP_NODELAY on accepted sockets */
+  int listen_fd[SERVER_MAX_LISTEN];
+  bool tcp[SERVER_MAX_LISTEN];      /* TCP_NODELAY on accepted sockets */
+  unsigned nlisten;
   unsigned threads;                 /* event-loop threads, one ring each */
   unsigned max_connections;
   unsigned handshake_timeout;       /* seconds */

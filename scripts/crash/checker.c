@@ -18,6 +18,53 @@ now_s (void)
 
 #define MAX_CONNS 64
 
+/* The checker running now, for on_fatal_signal. */
+static volatile pid_t checker_pid;
+static const int fatal_signals[] = { SIGINT, SIGTERM, SIGHUP };
+
+static void
+fatal_mask (int how, sigset_t *old)
+{
+  sigset_t set;
+  sigemptyset (&set);
+  for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
+    sigaddset (&set, fatal_signals[i]);
+  sigprocmask (how, &set, old);
+}
+
+/* SIGINT, SIGTERM, SIGHUP: the checker and whatever it started are
+ * killed and reaped and the socket's directory removed, then we die of
+ * the signal, so that a shell sees 128+N and a script's loop stops. */
+static void
+on_fatal_signal (int sig)
+{
+  const pid_t pid = checker_pid;
+  if (pid > 0) {
+    kill (-pid, SIGKILL);
+    while (waitpid (pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+  }
+  cleanup_socket ();
+  signal (sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset (&set);
+  sigaddset (&set, sig);
+  sigprocmask (SIG_UNBLOCK, &set, NULL);
+  raise (sig);
+  _exit (128 + sig);
+}
+
+void
+catch_signals (void)
+{
+  struct sigaction sa = { .sa_handler = on_fatal_signal };
+  sigemptyset (&sa.sa_mask);
+  for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
+    sigaddset (&sa.sa_mask, fatal_signals[i]);
+  for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
+    sigaction (fatal_signals[i], &sa, NULL);
+}
+
 static void
 drain_output (int fd)
 {
@@ -42,10 +89,18 @@ run_checker (const char *id)
   if (pipe2 (pfd, O_CLOEXEC) || pipe2 (ofd, O_CLOEXEC | O_NONBLOCK))
     die ("pipe: %s", strerror (errno));
   checker_out_len = 0;
+  /* No signal between the fork and checker_pid: the handler must know
+   * every checker. */
+  sigset_t old_mask;
+  fatal_mask (SIG_BLOCK, &old_mask);
   pid_t pid = fork ();
   if (pid < 0)
     die ("fork: %s", strerror (errno));
   if (pid == 0) {
+    for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0];
+         i++)
+      signal (fatal_signals[i], SIG_DFL);
+    sigprocmask (SIG_SETMASK, &old_mask, NULL);
     setpgid (0, 0);
     setenv ("SECT4K_URI", uri, 1);
     setenv ("SECT4K_STATE", id, 1);
@@ -60,6 +115,8 @@ run_checker (const char *id)
     _exit (127);
   }
   setpgid (pid, pid);
+  checker_pid = pid;
+  sigprocmask (SIG_SETMASK, &old_mask, NULL);
   close (pfd[1]);
   close (ofd[1]);
   int pidfd = syscall (SYS_pidfd_open, pid, 0);
@@ -120,6 +177,7 @@ run_checker (const char *id)
   while (waitpid (pid, &status, 0) < 0 && errno == EINTR)
     ;
   kill (-pid, SIGKILL);                 /* whatever it left running */
+  checker_pid = 0;
   for (int i = 0; i < nconns; i++)
     close (conns[i]);
   close (pidfd);

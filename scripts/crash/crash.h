@@ -168,6 +168,7 @@ int read_sector (uint64_t k, unsigned char *buf);
 int handshake (int fd);
 int serve_request (int fd);
 void open_socket (void);
+void cleanup_socket (void);
 
 /* checker.c: running the checker */
 enum result { R_CONSISTENT, R_FAILED, R_TIMEOUT, R_SIGNAL, R_EXEC };
@@ -185,6 +186,7 @@ extern char checker_out[OUTPUT_MAX + 1];
 extern size_t checker_out_len;
 double now_s (void);
 struct run run_checker (const char *id);
+void catch_signals (void);
 
 /* report.c */
 struct tally {

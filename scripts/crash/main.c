@@ -166,9 +166,6 @@ write_output (void)
   free (buf);
 }
 
-static volatile sig_atomic_t stop;
-static void on_signal (int sig) { (void) sig; stop = 1; }
-
 int
 main (int argc, char **argv)
 {
@@ -261,6 +258,7 @@ main (int argc, char **argv)
   parse_geometry_arg ();
   read_log ();
   signal (SIGPIPE, SIG_IGN);
+  catch_signals ();
   is_tty = isatty (2);
 
   if (state_id) {
@@ -281,16 +279,13 @@ main (int argc, char **argv)
       open_socket ();
       printf ("nbd+unix:///?socket=%s\n", sock_path);
       fflush (stdout);
-      signal (SIGINT, on_signal);
-      signal (SIGTERM, on_signal);
-      /* Serve it until interrupted: the checker is whoever connects. */
+      /* Serve it until interrupted (catch_signals): the checker is
+       * whoever connects. */
       char *fake[] = { "sleep", "infinity", NULL };
       checker = fake;
       timeout_s = 0;
-      while (!stop)
+      for (;;)
         run_checker (canon);
-      free (canon);
-      return 0;
     }
     open_socket ();
     struct run r = run_checker (canon);

@@ -275,7 +275,8 @@ serve_request (int fd)
   return r;
 }
 
-static void
+/* At exit and from the signal handler (checker.c): async-signal-safe. */
+void
 cleanup_socket (void)
 {
   if (sock_path[0])

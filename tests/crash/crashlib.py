@@ -72,9 +72,23 @@ def record(name, argv, workload, image=0):
     return log, data
 
 
-def build_replay_log():
-    """replay-log built from $SECT4K_SHARED/replay-log or ../shared next to
-    the repository's top, or skip everything with the reason."""
+REPLAY_LOG_VAR = "SECT4K_REPLAY_LOG_SRC"
+
+
+def replay_log_sources():
+    """xfstests' replay-log sources (a directory holding replay-log.c):
+    $SECT4K_REPLAY_LOG_SRC if set ("none" or "": look nowhere), else
+    ../shared/replay-log beside the checkout.  (dir, None) or (None, the
+    reason there are none); never skips, so a test can decide before it
+    runs anything."""
+    var = os.environ.get(REPLAY_LOG_VAR)
+    if var is not None:
+        if var in ("", "none"):
+            return None, "%s=%s" % (REPLAY_LOG_VAR, var or '""')
+        if os.path.exists(os.path.join(var, "replay-log.c")):
+            return var, None
+        return None, "%s=%s holds no replay-log.c" % (REPLAY_LOG_VAR, var)
+
     def git(*a):
         return subprocess.run(["git", "-C", ROOT] + list(a),
                               capture_output=True, text=True).stdout.strip()
@@ -83,15 +97,22 @@ def build_replay_log():
     common = git("rev-parse", "--path-format=absolute", "--git-common-dir")
     if common:
         tops.append(os.path.dirname(common))
-    cands = ([os.environ["SECT4K_SHARED"]] if os.environ.get("SECT4K_SHARED")
-             else []) + [os.path.normpath(os.path.join(t, "..", "shared"))
-                         for t in tops]
-    src = next((os.path.join(c, "replay-log") for c in cands
-                if os.path.exists(os.path.join(c, "replay-log",
-                                               "replay-log.c"))), None)
+    cands = [os.path.normpath(os.path.join(t, "..", "shared", "replay-log"))
+             for t in dict.fromkeys(tops)]
+    for c in cands:
+        if os.path.exists(os.path.join(c, "replay-log.c")):
+            return c, None
+    return None, ("no replay-log sources in %s (set %s to xfstests' "
+                  "src/log-writes directory)" % (", ".join(cands),
+                                                  REPLAY_LOG_VAR))
+
+
+def build_replay_log():
+    """replay-log built from replay_log_sources(): (path, None), or (None,
+    the reason it cannot be had here)."""
+    src, why = replay_log_sources()
     if not src:
-        tap.skip_all("no replay-log sources (looked in %s)"
-                 % ", ".join(os.path.join(c, "replay-log") for c in cands))
+        return None, why
     exe = os.path.join(os.environ.get("SECT4K_BUILD", os.path.join(
         ROOT, "build", "default")), "replay-log")
     p = subprocess.run(["cc", "-O2", "-D_GNU_SOURCE", "-o", exe,
@@ -99,5 +120,5 @@ def build_replay_log():
                         os.path.join(src, "log-writes.c")],
                        capture_output=True, text=True)
     if p.returncode:
-        tap.skip_all("replay-log does not build here: %s" % p.stderr.strip()[:200])
-    return exe
+        return None, "replay-log does not build here: %s" % p.stderr.strip()[:200]
+    return exe, None

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """write-log= against xfstests' replay-log, the tool dm-log-writes users
-replay logs with (issue 29 item 5), built from shared/replay-log beside
-the repository (skipped where it is absent; never copied into sect4k).
+replay logs with (issue 29 item 5), built from $SECT4K_REPLAY_LOG_SRC or
+shared/replay-log beside the repository (the whole file skips where
+neither is there; never copied into sect4k).
 
 For both front ends, 512n/512e/512e-xp/4kn and strict true and false: a
 workload of writes, FUA writes, zeroes (plain, no-hole, fast), trims,
@@ -29,17 +30,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
-from tap import ok, diag, done_testing, Nbdkit, need_nbd  # noqa: E402
+from tap import ok, diag, done_testing, Nbdkit, need_nbd, skip_all  # noqa: E402
 from srvlib import Server, SERVER  # noqa: E402
 from crashlib import CRASH, ROOT, build_replay_log  # noqa: E402
 
+# Decided before anything runs: without replay-log the whole file skips.
+REPLAY, why = build_replay_log()
+if not REPLAY:
+    skip_all(why)
 nbd = need_nbd()
 CTL = os.path.join(ROOT, "scripts", "sect4k-ctl")
 SIZE = 1 << 20
 MARK, FLUSH = 8, 1
 
-
-REPLAY = build_replay_log()
 tmp = tempfile.mkdtemp(prefix="sect4k-replay.")
 
 

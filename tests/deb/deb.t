@@ -74,7 +74,8 @@ ok $? "sect4k-server: the server and its man page"
 tools="sect4k-attach sect4k-ctl sect4k-crash sect4k-qemu-args sect4k-stats sect4k-wlog-dump"
 set --
 for t in $tools; do set -- "$@" "/usr/bin/$t" "/usr/share/man/man1/$t.1.gz"; done
-holds sect4k-tools "$@" /usr/share/sect4k/stats.schema.json /usr/share/sect4k/crash-report.schema.json
+holds sect4k-tools "$@" /usr/share/sect4k/stats.schema.json /usr/share/sect4k/crash-report.schema.json \
+  /usr/share/sect4k/cut-report.schema.json
 ok $? "sect4k-tools: $tools, their man pages, the JSON schemas"
 # Every program on the PATH has its man page in the same package.
 nomans=

@@ -37,6 +37,18 @@ PAGE = 16384
 PAGES = SIZE // PAGE
 CUTS = 4
 SLOW = os.environ.get("SECT4K_SAN", "") != ""
+SCHEMA = json.load(open(os.path.join(TOP, "docs", "cut-report.schema.json")))
+
+
+def valid(rep):
+    """The report against docs/cut-report.schema.json."""
+    import jsonschema
+    try:
+        jsonschema.validate(rep, SCHEMA)
+        return True
+    except jsonschema.ValidationError as e:
+        diag("the cut report does not match its schema: %s" % e.message)
+        return False
 
 
 def connect(uri):
@@ -91,6 +103,8 @@ def cut_rounds(name, srv, ctlpath, seed):
             bad_report = True
             diag("%s: the report is not JSON: %r %r" % (name, p.stdout[-300:],
                                                          p.stderr))
+        if rep and not valid(rep):
+            bad_report = True
         if rep:
             listed += len(rep.get("atomic", []))
             # Every sector of a listed atomic write shares its outcome.
@@ -131,7 +145,8 @@ def power_cuts(name, make, models=("512e", "4kn")):
            % (name, model, CUTS, torn, checked))
         ok(listed > 0 and not bad,
            "%s %s: the cut reports list %d atomic writes, each kept or "
-           "dropped whole" % (name, model, listed))
+           "dropped whole, as docs/cut-report.schema.json says"
+           % (name, model, listed))
         torn, checked, listed, bad = res[False]
         ok(torn > 0 and listed == 0,
            "%s %s without atomic-write-max: the same stream tears %d of %d "
@@ -190,10 +205,54 @@ def concurrent_reads(name, make):
            "of a 64 KiB write" % (name, model, reads[0]))
 
 
+def report_lbas(name, make):
+    """The cut report's "atomic" entry names the write's LBAs, and
+    "sectors" the physical sectors it settles: on 512e-xp (alignment
+    offset 3584) a 16 KiB write at LBA 32 covers LBAs 32-63 and settles
+    physical sectors 4-8 (LBAs 31-70).  A unit that took in an earlier
+    atomic write within its sectors names both writes' LBAs: 512 bytes at
+    LBA 31, then 4 KiB at LBA 32 (sectors 4-5), LBAs 31-39."""
+    d = tempfile.mkdtemp(prefix="sect4k-atomic.")
+    ctlpath = os.path.join(d, "ctl")
+    got = []
+    with make("size=1M", "model=512e-xp", "write-cache=true", "torn=none",
+              "atomic-write-max=16K", "atomic-write-min=512",
+              "control=" + ctlpath) as srv:
+        for writes in ([(16384, 16384)], [(512, 31 * 512), (4096, 32 * 512)]):
+            h = connect(srv.uri)
+            for n, off in writes:
+                h.pwrite(b"n" * n, off)
+            p = subprocess.run([CTL, ctlpath, "power-cut"],
+                               capture_output=True, text=True, timeout=60)
+            try:
+                rep = json.loads(p.stdout)
+                if not valid(rep):
+                    rep = {}
+                got.append((rep["atomic"],
+                            [(x["sector"], x["lba"], x["lbas"])
+                             for x in rep["sectors"]]))
+            except (ValueError, KeyError):
+                got.append((p.stdout + p.stderr, None))
+            try:
+                h.shutdown()
+            except nbd.Error:
+                pass
+    os.rmdir(d)
+    want = ([{"lba": 32, "lbas": 32, "sectors": [4, 8], "outcome": "dropped"}],
+            [(4, 31, 8), (5, 39, 8), (6, 47, 8), (7, 55, 8), (8, 63, 8)])
+    ok(got[0] == want, "%s 512e-xp: 16 KiB at LBA 32: atomic lba 32, lbas "
+       "32, sectors [4, 8] (LBAs 31-70): %s" % (name, got[0]))
+    want = ([{"lba": 31, "lbas": 9, "sectors": [4, 5], "outcome": "dropped"}],
+            [(4, 31, 8), (5, 39, 8)])
+    ok(got[1] == want, "%s 512e-xp: 512 bytes at LBA 31, then 4 KiB at LBA "
+       "32 taking it in: atomic lba 31, lbas 9: %s" % (name, got[1]))
+
+
 def main():
     for name, make, _ in front_ends():
         power_cuts(name, make)
         concurrent_reads(name, make)
+        report_lbas(name, make)
     power_cuts("filter", lambda *a: Nbdkit("1M", *a, plugin="memory",
                                            options=["--filter=" + FILTER]),
                models=("4kn",))

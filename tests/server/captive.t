@@ -35,6 +35,20 @@ ok $? "... \$port empty, \$exportname \"\", \$uri the socket's"
 [ -n "$sock" ] && [ ! -e "$sock" ] && [ ! -e "$(dirname "$sock")" ]
 ok $? "... the private socket and its directory are gone afterwards"
 
+# $nbd, as nbdkit >= 1.24 sets it: the same URI as $uri, so that commands
+# written for nbdkit (qemu-img ... $nbd) run unchanged.
+if command -v qemu-img >/dev/null; then
+  out=$(run_server nbdvar -U - 4M \
+          --run 'echo "same=$([ "$nbd" = "$uri" ] && echo yes)" &&
+                 qemu-img info -f raw --output=json "$nbd"')
+  st=$?
+  [ "$st" = 0 ] && printf '%s\n' "$out" | grep -qx 'same=yes' &&
+    printf '%s\n' "$out" | grep -q '"virtual-size": 4194304,'
+  ok $? "--run 'qemu-img info \"\$nbd\"': \$nbd is \$uri, qemu-img reads 4 MiB ($st)"
+else
+  echo "ok $((tap_n += 1)) # SKIP qemu-img is not installed"
+fi
+
 # status_case NAME CMD STATUS LOG-LINE DESCRIPTION: the server's exit
 # status is STATUS and its log says LOG-LINE.
 status_case () {
@@ -117,11 +131,11 @@ ok $? "... cleanly (SIGTERM, socket removed)"
 # Socket activation: systemd-socket-activate binds, execs the server on
 # the first connection; nbdinfo is served through the inherited socket.
 # Bad socket activation: one line, exit 1.
-out=$(sh -c 'LISTEN_PID=$$ LISTEN_FDS=2 exec "$0" 1M' "$server" 2>&1)
+out=$(sh -c 'LISTEN_PID=$$ LISTEN_FDS=17 exec "$0" 1M' "$server" 2>&1)
 st=$?
 [ "$st" = 1 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] &&
-  printf '%s' "$out" | grep -q "LISTEN_FDS=2: sect4k-server serves exactly one socket"
-ok $? "LISTEN_FDS=2: exit 1, one line ($st: $out)"
+  printf '%s' "$out" | grep -q "LISTEN_FDS=17: sect4k-server serves 1 to 16 sockets"
+ok $? "LISTEN_FDS=17: exit 1, one line ($st: $out)"
 out=$(sh -c 'LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" 1M 3</dev/null' "$server" 2>&1)
 st=$?
 [ "$st" = 1 ] && printf '%s' "$out" | grep -q "fd 3 is not a listening stream socket"
@@ -149,6 +163,25 @@ if command -v systemd-socket-activate >/dev/null; then
   [ "$st" = 0 ]
   ok $? "... and stops cleanly ($st)"
 
+  # Two sockets (ListenStream= twice): a Unix one and a loopback TCP
+  # port, both served, as nbdkit does; connections on either, in turn.
+  port=$(python3 -c 'import socket; s = socket.socket()
+s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  systemd-socket-activate -l "$tmpdir/sa3.sock" -l "127.0.0.1:$port" \
+    "$server" size=8M physical=4096 2>"$tmpdir/sa3.log" &
+  spid=$!
+  server_pids="$server_pids $spid"
+  wait_for test -S "$tmpdir/sa3.sock"
+  a=$(timeout 10 nbdinfo --size "nbd+unix:///?socket=$tmpdir/sa3.sock")
+  b=$(timeout 10 nbdinfo --size "nbd://127.0.0.1:$port")
+  c=$(timeout 10 nbdinfo --size "nbd+unix:///?socket=$tmpdir/sa3.sock")
+  [ "$a" = 8388608 ] && [ "$b" = 8388608 ] && [ "$c" = 8388608 ] &&
+    grep -q "on unix:$tmpdir/sa3.sock, 127.0.0.1:$port " "$tmpdir/sa3.log"
+  ok $? "systemd-socket-activate -l PATH -l 127.0.0.1:PORT: both served (sizes $a, $b, $c)"
+  kill "$spid"; wait "$spid"; st=$?
+  [ "$st" = 0 ]
+  ok $? "... and it stops cleanly ($st)"
+
   systemd-socket-activate -l "$tmpdir/sa2.sock" "$server" -U "$tmpdir/x.sock" \
     1M 2>"$tmpdir/sa2.log" &
   spid=$!
@@ -159,6 +192,6 @@ if command -v systemd-socket-activate >/dev/null; then
   [ "$st" = 1 ] && grep -q "socket activation (LISTEN_FDS) cannot be combined with --unix" "$tmpdir/sa2.log"
   ok $? "socket activation with --unix: exit 1, one line ($st: $(tail -n 1 "$tmpdir/sa2.log"))"
 else
-  for _ in 1 2 3 4; do echo "ok $((tap_n += 1)) # SKIP systemd-socket-activate is not installed"; done
+  for _ in 1 2 3 4 5 6; do echo "ok $((tap_n += 1)) # SKIP systemd-socket-activate is not installed"; done
 fi
 done_testing

@@ -120,7 +120,8 @@ def check(name, start):
     p = subprocess.run([DUMP, log, "--summary"], capture_output=True,
                        text=True)
     ok(p.returncode == 0 and p.stdout.startswith(
-        "entries=%d writes=5 zeros=1 discards=1 flushes=%d fua=2 marks=2 "
+        "entries=%d writes=5 zeros=1 discards=1 flushes=%d fua=2 atomic=0 "
+        "marks=2 "
         % (nr, nr - 8)),
        "%s: the engine's reader agrees: %s" % (name, p.stdout.strip()
                                               or p.stderr.strip()))
@@ -233,4 +234,30 @@ p = subprocess.run(["nbdkit", "-U", os.path.join(d, "s2"), "-f",
 err = [l for l in p.stderr.splitlines() if "write-log" in l]
 ok(p.returncode != 0 and len(err) == 1 and "cannot create the log" in err[0],
    "nbdkit, unwritable write-log=: %s" % p.stderr.strip())
+# An atomic write (atomic-write-max=, implicit: a fitting write is one) is
+# logged with S4K_WLOG_ATOMIC; sect4k-wlog-dump names the flag, as it
+# names fua, and --summary counts such writes.
+d = tempfile.mkdtemp(prefix="sect4k-wlog.")
+log = os.path.join(d, "log")
+with Nbdkit("size=%d" % SIZE, "model=512e", "atomic-write-max=16K",
+            "write-log=" + log) as srv:
+    h = nbd.NBD()
+    h.connect_uri(srv.uri)
+    h.pwrite(b"p" * 16384, 16384)                        # atomic
+    h.pwrite(b"q" * 16384, 32768, nbd.CMD_FLAG_FUA)      # atomic, FUA
+    h.pwrite(b"r" * 512, 512000)                         # RMW: plain
+    h.shutdown()
+    srv.stop()
+p = subprocess.run([DUMP, log], capture_output=True, text=True)
+lines = [ln.split(" ", 2)[2] for ln in p.stdout.splitlines()[2:5]]
+ok(p.returncode == 0 and lines == ["atomic off=16384 len=16384",
+                                   "fua,atomic off=32768 len=16384",
+                                   "write off=512000 len=512"],
+   "sect4k-wlog-dump names the atomic flag: %s" % (lines or p.stderr))
+p = subprocess.run([DUMP, log, "--summary"], capture_output=True, text=True)
+ok(p.returncode == 0 and " writes=3 " in p.stdout and
+   " fua=1 atomic=2 " in p.stdout,
+   "sect4k-wlog-dump --summary counts atomic writes: %s"
+   % (p.stdout.strip() or p.stderr.strip()))
+
 done_testing()

@@ -5,6 +5,7 @@
 #   virtio  the virtio-blk disks the host gave qemu (one per case, serial=name)
 #   faults  bad sectors and power cuts through the nbd driver
 #   scsi, scsi_bench   guest/scsi.sh
+#   sata    sect4k-server --scsi interface=sata: hdparm, smartctl   guest/sata.sh
 #   atomic  untorn writes on a SCSI disk (Linux 6.11 on): guest/atomic.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
 #   captive sect4k-server --scsi --run, sect4k-attach --run   guest/captive.sh
@@ -532,5 +533,7 @@ dmlog_case () {
 # sect4k-server --scsi --run and sect4k-attach --run (issue 28).
 . /captive.sh
 . /atomic.sh
+# The SATA identity (issue 34).
+. /sata.sh
 for suite in "$@"; do "suite_$suite"; tidy "$suite suite"; done
 echo "S4K: TESTS $n"

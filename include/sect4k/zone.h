@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Zoned drives (issue 33): the zone layout (keys zoned=, zone-size=,
+ * zone-conventional=, zone-max-open=, zone-max-active=) and the zone
+ * state machine of ZBC-2 (SCSI) and ZAC-2 (ATA): zone types, conditions,
+ * write pointers, the open and active limits, the checks a write or read
+ * must pass, and the zone operations (report, open, close, finish, reset
+ * write pointer).  Plain C, no front end; lib/zone.c.  What is wired and
+ * what is not: docs/zoned.md.
+ *
+ * Units: the model counts logical blocks (LBAs), as ZBC does; the keys
+ * count bytes, as every sect4k size key does. */
+#ifndef SECT4K_ZONE_H
+#define SECT4K_ZONE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sect4k/sect4k.h"
+#include "sect4k/scsi.h"          /* the sense keys */
+
+/* ---- keys -------------------------------------------------------------- */
+
+enum s4k_zoned {
+  S4K_ZONED_NONE,               /* default: a conventional drive */
+  S4K_ZONED_HOST_MANAGED,       /* ZBC peripheral device type 14h */
+  S4K_ZONED_HOST_AWARE,         /* type 00h, ZONED field 01b (B1h page) */
+};
+
+/* Real SMR drives (and f2fs, btrfs, dm-zoned, which expect it) use 256 MiB
+ * zones. */
+#define S4K_ZONE_DEFAULT_SIZE (256ull << 20)
+
+struct s4k_zone_config {
+  enum s4k_zoned model;
+  uint64_t size;                /* bytes; finish sets the default */
+  uint32_t conventional;        /* conventional zones from LBA 0 */
+  uint32_t max_open;            /* open sequential write required zones
+                                   (implicit + explicit); 0: no limit */
+  uint32_t max_active;          /* open + closed; 0: no limit */
+  const char *first_key;        /* the first zone-* key given, for the
+                                   refusal without zoned= */
+  char first_value[32];
+  char size_text[32];           /* zone-size= as given, for refusals */
+};
+
+/* 1 if key is not a zone key, else 0, or -1 with err filled (one line). */
+int s4k_zone_set (struct s4k_zone_config *c, const char *key,
+                  const char *value, char *err, size_t errlen);
+/* Checks the keys against the geometry and fills the default size: 0 or
+ * -1 with err filled.  Not zoned and no zone key: 0, nothing to do. */
+int s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
+                     char *err, size_t errlen);
+#define S4K_ZONE_HELP                                                        \
+  "zoned=host-managed|host-aware  A zoned (SMR) drive, ZBC-2 (default: not\n" \
+  "                      zoned).\n"                                         \
+  "zone-size=SIZE        Zone size: a power of two, a multiple of physical,\n" \
+  "                      at most the device (default 256M); the last zone\n" \
+  "                      is smaller when size= is not a multiple.\n"       \
+  "zone-conventional=N   Conventional zones from LBA 0 (default 0).\n"      \
+  "zone-max-open=N       Open sequential zones at most, host-managed only\n" \
+  "                      (default 0: no limit).\n"                          \
+  "zone-max-active=N     Open and closed sequential zones at most,\n"       \
+  "                      host-managed only (default 0: no limit).\n"
+
+/* ---- the zones --------------------------------------------------------- */
+
+/* ZBC-2 zone types (REPORT ZONES ZONE TYPE field). */
+enum s4k_zone_type {
+  S4K_ZT_CONVENTIONAL = 0x1,
+  S4K_ZT_SEQ_REQUIRED = 0x2,    /* host-managed */
+  S4K_ZT_SEQ_PREFERRED = 0x3,   /* host-aware */
+};
+
+/* ZBC-2 zone conditions (ZONE CONDITION field). */
+enum s4k_zone_cond {
+  S4K_ZC_NOT_WP = 0x0,          /* conventional: no write pointer */
+  S4K_ZC_EMPTY = 0x1,
+  S4K_ZC_IMP_OPEN = 0x2,
+  S4K_ZC_EXP_OPEN = 0x3,
+  S4K_ZC_CLOSED = 0x4,
+  S4K_ZC_READ_ONLY = 0xd,
+  S4K_ZC_FULL = 0xe,
+  S4K_ZC_OFFLINE = 0xf,
+};
+
+/* What a zone check or operation fails with, returned negated.  Each is
+ * distinct; s4k_zone_sense gives the sense a SCSI front end returns for
+ * it (ZBC-2; the same as scsi_debug and libzbc's test suite expect):
+ *
+ *   error                      key              ASC/ASCQ  ZBC-2 name
+ *   LBA_OUT_OF_RANGE           ILLEGAL REQUEST  21h/00h   LOGICAL BLOCK
+ *                                                         ADDRESS OUT OF RANGE
+ *   NOT_ZONE_START             ILLEGAL REQUEST  24h/00h   INVALID FIELD IN CDB
+ *   NOT_WRITE_POINTER_ZONE     ILLEGAL REQUEST  24h/00h   INVALID FIELD IN CDB
+ *   BAD_REPORTING_OPTION       ILLEGAL REQUEST  24h/00h   INVALID FIELD IN CDB
+ *   ZONE_FULL                  ILLEGAL REQUEST  24h/00h   INVALID FIELD IN CDB
+ *   UNALIGNED_WRITE            ILLEGAL REQUEST  21h/04h   UNALIGNED WRITE
+ *                                                         COMMAND
+ *   UNALIGNED_PHYSICAL         ILLEGAL REQUEST  21h/04h   UNALIGNED WRITE
+ *                                                         COMMAND
+ *   WRITE_BOUNDARY             ILLEGAL REQUEST  21h/05h   WRITE BOUNDARY
+ *                                                         VIOLATION
+ *   READ_CROSS_TYPE            ILLEGAL REQUEST  21h/06h   ATTEMPT TO READ
+ *                                                         INVALID DATA
+ *   READ_ONLY                  DATA PROTECT     27h/08h   ZONE IS READ ONLY
+ *   OFFLINE                    DATA PROTECT     2Ch/0Eh   ZONE IS OFFLINE
+ *   INSUFFICIENT_RESOURCES     DATA PROTECT     55h/0Eh   INSUFFICIENT ZONE
+ *                                                         RESOURCES
+ */
+enum s4k_zone_err {
+  S4K_ZERR_LBA_OUT_OF_RANGE = 1,
+  S4K_ZERR_NOT_ZONE_START,        /* an operation's zone id is not the
+                                     first LBA of a zone */
+  S4K_ZERR_NOT_WRITE_POINTER_ZONE,  /* an operation on a conventional zone */
+  S4K_ZERR_BAD_REPORTING_OPTION,  /* a reserved REPORT ZONES option */
+  S4K_ZERR_ZONE_FULL,             /* a write to a full sequential write
+                                     required zone */
+  S4K_ZERR_UNALIGNED_WRITE,       /* not at the write pointer */
+  S4K_ZERR_UNALIGNED_PHYSICAL,    /* at the write pointer, but not whole
+                                     physical blocks (512e host-managed) */
+  S4K_ZERR_WRITE_BOUNDARY,        /* crosses the end of its zone */
+  S4K_ZERR_READ_CROSS_TYPE,       /* host-managed: a read from a
+                                     conventional into a sequential zone */
+  S4K_ZERR_READ_ONLY,
+  S4K_ZERR_OFFLINE,
+  S4K_ZERR_INSUFFICIENT_RESOURCES,  /* the open or active limit */
+  S4K_ZERR_MAX
+};
+
+/* The sense of err (positive, an enum s4k_zone_err): false if unknown. */
+bool s4k_zone_sense (int err, uint8_t *key, uint8_t *asc, uint8_t *ascq);
+/* Its ZBC-2 name and why, one short line. */
+const char *s4k_zone_strerror (int err);
+
+/* The zones of one device.  Thread-safe: one mutex guards them, taken
+ * by every call below for a short scan at most and never held across
+ * I/O or another lock, so a caller may hold its sector locks (lib/
+ * dev_plan.h) or none when it calls; docs/zoned.md "Concurrency". */
+struct s4k_zones;
+
+/* The zones of a device of geometry g laid out as c says (after
+ * s4k_zone_finish; c->model not NONE): all sequential zones empty.
+ * 0, -EINVAL (not zoned) or -ENOMEM. */
+int s4k_zones_new (struct s4k_zones **out, const struct s4k_zone_config *c,
+                   const struct s4k_geometry *g);
+void s4k_zones_free (struct s4k_zones *z);
+
+/* One zone, as REPORT ZONES describes it. */
+struct s4k_zone_desc {
+  uint64_t start, len;          /* LBAs */
+  uint64_t wp;                  /* the write pointer; the zone's end when
+                                   FULL (as scsi_debug reports it);
+                                   UINT64_MAX where ZBC-2 says it is
+                                   invalid: conventional, read only,
+                                   offline */
+  uint8_t type, cond;           /* enum s4k_zone_type, s4k_zone_cond */
+  bool non_seq;                 /* NON_SEQ: a host-aware zone written off
+                                   its write pointer since its reset */
+  bool reset_recommended;       /* RESET: never set by this model */
+};
+
+/* Layout, fixed at creation. */
+struct s4k_zones_info {
+  enum s4k_zoned model;
+  uint64_t capacity;            /* LBAs */
+  uint64_t zone_lbas;           /* every zone's length but the last */
+  uint32_t nr_zones, conventional;
+  uint32_t max_open, max_active;  /* 0: no limit */
+};
+void s4k_zones_info (const struct s4k_zones *z, struct s4k_zones_info *out);
+
+/* Resource counts (sequential zones), under the lock. */
+struct s4k_zones_counts {
+  uint32_t imp_open, exp_open, closed;
+};
+void s4k_zones_counts (struct s4k_zones *z, struct s4k_zones_counts *out);
+
+/* A write of nlba blocks at lba: checks it and, when it passes, moves the
+ * write pointers and conditions as the drive does once it accepts the
+ * command (implicit open, implicit close of another zone at the open
+ * limit, full at the zone's end), all under the lock, so that two writes
+ * at one write pointer are never both accepted.  0 or -S4K_ZERR_*; a
+ * refused write changes nothing.  nlba 0: only the range is checked. */
+int s4k_zones_write (struct s4k_zones *z, uint64_t lba, uint64_t nlba);
+/* A read: 0, or -S4K_ZERR_* (out of range, offline, or host-managed
+ * across a conventional/sequential boundary).  Reads are otherwise
+ * unrestricted (URSWRZ = 1, which Linux requires of host-managed
+ * drives): below or above the write pointer, across sequential zones. */
+int s4k_zones_read (struct s4k_zones *z, uint64_t lba, uint64_t nlba);
+
+/* ZBC OUT service actions (ZBC-2 5.x: CLOSE ZONE 01h, FINISH ZONE 02h,
+ * OPEN ZONE 03h, RESET WRITE POINTER 04h). */
+enum s4k_zone_op {
+  S4K_ZOP_CLOSE = 0x1,
+  S4K_ZOP_FINISH = 0x2,
+  S4K_ZOP_OPEN = 0x3,
+  S4K_ZOP_RESET = 0x4,
+};
+/* One zone (zone_lba: its first LBA) or, all set, every zone the
+ * operation applies to (zone_lba ignored).  0 or -S4K_ZERR_*; a refused
+ * operation changes nothing.  RESET only moves write pointers: the data
+ * the zone held is the caller's to discard (trim [start, old wp)). */
+int s4k_zones_op (struct s4k_zones *z, enum s4k_zone_op op,
+                  uint64_t zone_lba, bool all);
+
+/* REPORT ZONES (ZBC IN 00h): the zones from the one holding lba that
+ * match the reporting option (0x00-0x3F: 00h all, 01h empty, 02h
+ * implicitly open, 03h explicitly open, 04h closed, 05h full, 06h read
+ * only, 07h offline, 08h inactive, 10h reset recommended, 11h non-seq
+ * write resources active, 3Eh all but gap zones, 3Fh not write pointer;
+ * others are reserved).  Fills out[0..max) and returns how many it
+ * filled, or -S4K_ZERR_*.  *listed gets what the ZONE LIST LENGTH counts:
+ * every matching zone, or with partial at most max (ZBC-2's PARTIAL
+ * bit). */
+int s4k_zones_report (struct s4k_zones *z, uint64_t lba, unsigned option,
+                      bool partial, struct s4k_zone_desc *out, uint32_t max,
+                      uint64_t *listed);
+
+/* Faults: puts the zone starting at zone_lba in READ_ONLY or OFFLINE (any
+ * type), or back to EMPTY (write pointer zones) or NOT_WP (conventional)
+ * from either, as a drive's firmware does.  0 or -S4K_ZERR_* (not a zone
+ * start), -EINVAL for another condition. */
+int s4k_zones_set_cond (struct s4k_zones *z, uint64_t zone_lba,
+                        enum s4k_zone_cond cond);
+
+#endif
