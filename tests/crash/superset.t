@@ -15,8 +15,8 @@ to its cut are checked to be the first run's, so the first run's states
 are every run's.  Images are compared per logical sector: the bytes a
 write put there, zeroes, E (EIO) or G (garbage: anything else).  The
 sequences: the report's (8K, flush, 8K atomic, 512 bytes inside it), a
-FUA write over earlier unflushed ones, a zero that cuts a sector, and
-random ones (seed: $SECT4K_SEED, else random, printed)."""
+FUA write over earlier unflushed ones, a zero that cuts a sector, a
+cache small enough to destage (write-cache-size=4K), and random ones (seed: $SECT4K_SEED, else random, printed)."""
 import os
 import random
 import shutil
@@ -118,7 +118,7 @@ def segment(ents, start, stop):
     return [(fl, off, ln, data) for _, fl, off, ln, data, _ in ents[a + 1:b]]
 
 
-def device_cuts(geom, torn, atomic, ops, seed):
+def device_cuts(geom, torn, atomic, ops, seed, extra=()):
     """Runs ops CUTS times on one server, cutting after each run: (the
     log, the images, whether every run logged the same entries)."""
     d = os.path.join(tmp, "dev-%d" % seed)
@@ -129,6 +129,7 @@ def device_cuts(geom, torn, atomic, ops, seed):
             "control=" + ctlp, "write-log=" + log]
     if atomic:
         argv.append("atomic-write-max=16K")
+    argv += list(extra)
     env = dict(os.environ, **(tap.sanitizer_env() or {}))
     p = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
     try:
@@ -205,6 +206,10 @@ FIXED = [
     # A zero that cuts its sectors: their RMW goes through the cache.
     ("zero", [("w", 0, 12 * K), ("f",), ("z", 1024, 8 * K)],
      "none", "zero"),
+    # A full cache destages its oldest sector: sector 1 durable with the
+    # second write, sector 0 with the first, then a third write tears it.
+    ("destage", [("w", 0, 8 * K), ("w", 0, 8 * K), ("w", 512, 512)],
+     "zero", "zero", "write-cache-size=4K"),
 ]
 
 
@@ -235,8 +240,9 @@ rng = random.Random(seed)
 cases = []
 for geom in ("512e", "512e-xp"):
     for atomic in (True, False):
-        for name, ops, plain, atom in FIXED:
-            cases.append((geom, atomic, name, ops, atom if atomic else plain))
+        for name, ops, plain, atom, *extra in FIXED:
+            cases.append((geom, atomic, name, ops, atom if atomic else plain,
+                          extra))
         for _ in range(RANDOM):
             ops = random_ops(rng)
             # garbage's 8 outcomes and torn=sector's 2^8 mixes per
@@ -246,14 +252,15 @@ for geom in ("512e", "512e-xp"):
             cases.append((geom, atomic, "random", ops, rng.choice(
                 ("none", "zero", "unreadable")
                 + (("garbage",) if few else ())
-                + (("sector",) * 2 if small and few else ()))))
+                + (("sector",) * 2 if small and few else ())), ()))
 t0 = time.time()
-for geom, atomic, name, ops, torn in cases:
+for geom, atomic, name, ops, torn, extra in cases:
     dev_seed = rng.randrange(1 << 30)
     label = "%s%s %s torn=%s%s" % (geom, " atomic" if atomic else "",
                                    name, torn, " %s" % ops
                                    if name == "random" else "")
-    log, images, same = device_cuts(geom, torn, atomic, ops, dev_seed)
+    log, images, same = device_cuts(geom, torn, atomic, ops, dev_seed,
+                                    extra)
     states, n = explorer_states(log, geom, torn, known_blocks(ops))
     missing = sorted(set(images) - states)
     tap.ok(same, "%s: every run logged the same entries" % label)
