@@ -195,7 +195,7 @@ n_interrupted (const struct tsec *t)
 uint64_t
 n_outcomes (const struct tsec *t)
 {
-  /* A kept atomic write is its last: it is kept whole. */
+  /* Its last kept write is atomic: kept whole. */
   if (t->amin == t->nk)
     return 1;
   uint64_t n = 1;
