@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dev_priv.h"
+#include "fault.h"
 
 /* 0, or the errno a request outside the device or refused by strict mode
  * gets: past the end, ENOSPC for writes and zeroes, EINVAL for the rest
@@ -494,10 +495,17 @@ run (struct s4k_dev *d, struct request *q, struct s4k_store_req *sq,
 
   if (q->op == S4K_OP_FLUSH) {
     /* Logged as it starts: the entries before it are the requests
-     * completed before it, which it makes durable. */
-    if (__builtin_expect (d->wlog != NULL, 0) &&
-        (r = s4k_wlog_flush (d->wlog)))
-      goto done;
+     * completed before it, which it makes durable.  One from before a
+     * power cut is refused below: not logged, or the log would claim a
+     * durability the device did not give. */
+    if (__builtin_expect (d->wlog != NULL, 0)) {
+      if (d->fault && fault_stale (d->fault)) {
+        r = -EIO;
+        goto done;
+      }
+      if ((r = s4k_wlog_flush (d->wlog)))
+        goto done;
+    }
     q->stage = ST_FLUSH;
     sq->kind = S4K_REQ_FLUSH;
     sq->n = 0;

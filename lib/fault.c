@@ -58,6 +58,12 @@ stale (struct s4k_fault *f)
   return tl_epoch && tl_epoch != atomic_load (&f->cuts) + 1;
 }
 
+bool
+fault_stale (struct s4k_fault *f)
+{
+  return stale (f);
+}
+
 /* ---- store operations -------------------------------------------------- */
 
 static int

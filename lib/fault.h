@@ -22,6 +22,9 @@ void fault_start (struct s4k_fault *f, struct s4k_dev *d);
 void fault_stop (struct s4k_fault *f);
 /* The device's layer, or NULL (dev.c). */
 struct s4k_fault *dev_fault (const struct s4k_dev *d);
+/* True if the calling thread's request comes from a connection opened
+ * before the latest power cut (s4k_fault_epoch): the layer refuses it. */
+bool fault_stale (struct s4k_fault *f);
 
 /* The control socket (lib/control.c). */
 struct control;
