@@ -153,6 +153,20 @@ s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
   return 0;
 }
 
+int
+s4k_zone_refuse_nbd (const struct s4k_zone_config *c, const char *name,
+                     const char *how, char *err, size_t errlen)
+{
+  if (c->model == S4K_ZONED_NONE)
+    return 0;
+  snprintf (err, errlen, "%s%s%szoned=%s: NBD has no zone commands (a "
+            "client would see a plain disk): serve a zoned drive %s",
+            name ? "export=" : "", name ? name : "", name ? ": " : "",
+            c->model == S4K_ZONED_HOST_MANAGED ? "host-managed"
+                                               : "host-aware", how);
+  return -1;
+}
+
 /* ---- errors ------------------------------------------------------------ */
 
 static const struct {
