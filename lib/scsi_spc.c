@@ -30,6 +30,8 @@ vpd_page (const struct s4k_scsi_lun *lun, uint8_t page, uint8_t *b)
   case 0x00:                    /* supported VPD pages */
     memcpy (b + 4, vpd_pages, sizeof vpd_pages);
     n = 4 + sizeof vpd_pages;
+    if (p->zones)
+      b[n++] = 0xb6;            /* zoned block device characteristics */
     break;
   case 0x80: {                  /* unit serial number */
     size_t l = strlen (p->serial);
@@ -82,6 +84,11 @@ vpd_page (const struct s4k_scsi_lun *lun, uint8_t page, uint8_t *b)
   case 0xb1:                    /* block device characteristics */
     n = 64;
     put16 (b + 4, p->rotation_rate);
+    scsi_zbc_vpd (lun, page, b);
+    break;
+  case 0xb6:                    /* zoned block device characteristics */
+    if (!(n = scsi_zbc_vpd (lun, page, b)))
+      return 0;
     break;
   case 0xb2:                    /* logical block provisioning */
     n = 8;
@@ -107,11 +114,13 @@ scsi_cmd_inquiry (struct ctx *x)
     n = vpd_page (x->lun, c[2], b);
     if (n == 0)
       return scsi_bad_cdb (x->cmd, 2, -1);
+    b[0] = scsi_zbc_device_type (x->lun);
   }
   else {
     if (c[2])                   /* a page code without EVPD */
       return scsi_bad_cdb (x->cmd, 2, -1);
     n = 36;
+    b[0] = scsi_zbc_device_type (x->lun);
     b[2] = 0x07;                /* SPC-5 */
     b[3] = 0x12;                /* HISUP, response data format 2 */
     b[4] = (uint8_t) (n - 5);
