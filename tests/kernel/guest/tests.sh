@@ -6,6 +6,7 @@
 #   faults  bad sectors and power cuts through the nbd driver
 #   scsi, scsi_bench   guest/scsi.sh
 #   atomic  untorn writes on a SCSI disk (Linux 6.11 on): guest/atomic.sh
+#   zoned   a host-managed sect4k SCSI disk against scsi_debug: guest/zoned.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
 #   captive sect4k-server --scsi --run, sect4k-attach --run   guest/captive.sh
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
@@ -532,5 +533,7 @@ dmlog_case () {
 # sect4k-server --scsi --run and sect4k-attach --run (issue 28).
 . /captive.sh
 . /atomic.sh
+# Zoned drives against scsi_debug (issue 33).
+. /zoned.sh
 for suite in "$@"; do "suite_$suite"; tidy "$suite suite"; done
 echo "S4K: TESTS $n"
