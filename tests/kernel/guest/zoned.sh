@@ -14,11 +14,13 @@ ZONE_MB=4                       # zones: 16, one conventional
 ZONED_KEYS="zoned=host-managed zone-size=${ZONE_MB}M zone-conventional=1 zone-max-open=2"
 
 # zoned_sysfs DEV: the zone fields of the queue, one line.
+# zone_append_max_bytes is compared apart (zoned_append): on Linux 6.1
+# sd_zbc bounds it by the transport (max_segments pages, max_hw_sectors),
+# and tcm_loop's 256 segments are not scsi_debug's.
 zoned_sysfs () {
   local q=/sys/block/${1#/dev/}/queue f out=
   for f in zoned chunk_sectors nr_zones max_open_zones max_active_zones \
-           zone_append_max_bytes zone_write_granularity logical_block_size \
-           physical_block_size; do
+           zone_write_granularity logical_block_size physical_block_size; do
     out="$out $f=$(cat "$q/$f" 2>/dev/null || echo -)"
   done
   echo "${out# }"
@@ -59,7 +61,7 @@ zoned_ops () {
 zoned_reference () {
   local pfx="zoned: scsi_debug zbc=host-managed $1 (reference)" dev
   shift
-  zoned_ref_sysfs= zoned_ref_report=
+  zoned_ref_sysfs= zoned_ref_report= zoned_ref_append=
   if ! insmod /modules/scsi_debug.ko zbc=host-managed dev_size_mb=$ZONED_MB \
        zone_size_mb=$ZONE_MB zone_nr_conv=1 zone_max_open=2 "$@" 2>/tmp/insmod.err; then
     nok "$pfx: insmod scsi_debug"; diag "$(cat /tmp/insmod.err)"; return
@@ -68,12 +70,30 @@ zoned_reference () {
   dev=$(grep -l scsi_debug /sys/block/sd*/device/model 2>/dev/null | head -n 1 | cut -d/ -f4)
   if [ -z "$dev" ]; then nok "$pfx: scsi_debug made a disk"; rmmod scsi_debug; return; fi
   zoned_ref_sysfs=$(zoned_sysfs "/dev/$dev")
+  zoned_ref_append=$(cat "/sys/block/$dev/queue/zone_append_max_bytes")
   case "$zoned_ref_sysfs" in
     "zoned=host-managed "*) ok "$pfx: a host-managed disk ($zoned_ref_sysfs)" ;;
     *) nok "$pfx: a host-managed disk"; diag "  $zoned_ref_sysfs" ;;
   esac
   zoned_ref_report=$(zoned_ops "/dev/$dev")
   rmmod scsi_debug
+}
+
+# zoned_append PFX DEV: zone_append_max_bytes equals scsi_debug's (6.12:
+# the zone size), or, where the kernel bounds it by the transport (6.1's
+# sd_zbc_revalidate_zones: the zone, max_segments pages, max_hw_sectors),
+# that bound on this disk's queue.
+zoned_append () {
+  local q=/sys/block/${2#/dev/}/queue got bound
+  got=$(cat $q/zone_append_max_bytes)
+  bound=$((ZONE_MB << 20))
+  [ $(( $(cat $q/max_segments) * 4096 )) -lt $bound ] && bound=$(( $(cat $q/max_segments) * 4096 ))
+  [ $(( $(cat $q/max_hw_sectors_kb) * 1024 )) -lt $bound ] && bound=$(( $(cat $q/max_hw_sectors_kb) * 1024 ))
+  if [ "$got" = "$zoned_ref_append" ]; then
+    ok "$1: zone_append_max_bytes $got equals scsi_debug's"
+  else
+    is "$1: zone_append_max_bytes: the transport's bound (scsi_debug's $zoned_ref_append)" "$got" "$bound"
+  fi
 }
 
 # zoned_case NAME KEYS SCSI_DEBUG_ARGS...: one geometry.
@@ -95,6 +115,7 @@ zoned_case () {
   fi
   is "$pfx: sect4k disk's queue zone fields equal scsi_debug's" \
     "$(zoned_sysfs "$scsi_dev")" "${zoned_ref_sysfs:-(no reference)}"
+  zoned_append "$pfx" "$scsi_dev"
   out=$(zoned_ops "$scsi_dev")
   if [ -n "$zoned_ref_report" ] && [ "$out" = "$zoned_ref_report" ]; then
     ok "$pfx: blkzone report after the same writes, opens, closes, finishes and resets: equal, line by line"
