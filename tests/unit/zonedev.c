@@ -7,6 +7,9 @@
  * s4k_dev_zone_op (RESET discarding the data below the old write
  * pointer), and a write the store fails moving the pointer back. */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -297,11 +300,77 @@ test_rewind (void)
   free (buf);
 }
 
+/* Writers racing at one zone's write pointer through the device: each
+ * reads the pointer, writes one physical block there with its own
+ * pattern; the zones accept exactly one write per position, so the
+ * accepted writes tile the zone and each block holds its writer's
+ * pattern. */
+#define RACERS 4
+static struct s4k_dev *race_dev;
+static _Atomic unsigned race_ok[RACERS], race_refused;
+static pthread_barrier_t race_start;
+
+static void *
+racer (void *arg)
+{
+  const unsigned id = (unsigned) (uintptr_t) arg;
+  char buf[4096];
+  memset (buf, 'a' + id, sizeof buf);
+  pthread_barrier_wait (&race_start);
+  for (;;) {
+    const struct s4k_zone_desc z = zone (race_dev, 1024);
+    if (z.cond == S4K_ZC_FULL)
+      return NULL;
+    sched_yield ();             /* let another writer read the same pointer */
+    int r = s4k_write (race_dev, buf, 4096, z.wp * 4096, 0);
+    if (r == 0)
+      race_ok[id]++;
+    else if (s4k_zone_err_of (r) == S4K_ZERR_UNALIGNED_WRITE ||
+             s4k_zone_err_of (r) == S4K_ZERR_ZONE_FULL)
+      race_refused++;
+    else
+      bail ("racer %u: %d", id, r);
+  }
+}
+
+static void
+test_race (void)
+{
+  race_dev = open_dev ("size=16M model=4kn zoned=host-managed zone-size=4M");
+  pthread_t t[RACERS];
+  pthread_barrier_init (&race_start, NULL, RACERS);
+  for (uintptr_t i = 0; i < RACERS; i++)
+    pthread_create (&t[i], NULL, racer, (void *) i);
+  for (unsigned i = 0; i < RACERS; i++)
+    pthread_join (t[i], NULL);
+  unsigned total = 0, seen[RACERS] = { 0 };
+  for (unsigned i = 0; i < RACERS; i++)
+    total += race_ok[i];
+  pthread_barrier_destroy (&race_start);
+  char *rd = malloc (4 << 20);
+  bool whole = s4k_read (race_dev, rd, 4 << 20, 4 << 20) == 0;
+  for (unsigned b = 0; whole && b < 1024; b++) {
+    const char c = rd[b * 4096];
+    whole = c >= 'a' && c < 'a' + RACERS && all_bytes (rd + b * 4096, 4096, c);
+    if (whole)
+      seen[c - 'a']++;
+  }
+  for (unsigned i = 0; whole && i < RACERS; i++)
+    whole = seen[i] == race_ok[i];
+  ok (total == 1024 && whole && zone (race_dev, 1024).wp == 2048,
+      "%d writers racing at one write pointer: %u accepted (one per block, "
+      "each block its writer's), %u refused off the pointer", RACERS, total,
+      (unsigned) race_refused);
+  free (rd);
+  s4k_dev_close (race_dev);
+}
+
 int
 main (void)
 {
   test_keys ();
   test_writes ();
   test_rewind ();
+  test_race ();
   return done_testing ();
 }
