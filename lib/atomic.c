@@ -91,12 +91,20 @@ s4k_atomic_finish (struct s4k_atomic *a, const struct s4k_geometry *g,
   return 0;
 }
 
-/* min, max and boundary are powers of two: masks, no division. */
+/* min and max are powers of two: masks, no division.  SBC-4's rule for
+ * WRITE ATOMIC(16), which is all Block Limits can state: no alignment
+ * beyond min, no boundary (its MAXIMUM ATOMIC BOUNDARY SIZE is 0). */
+bool
+s4k_atomic_allowed (const struct s4k_atomic *a, uint64_t len, uint64_t off)
+{
+  return a->max && len >= a->min && len <= a->max &&
+         !((len | off) & (a->min - 1));
+}
+
 bool
 s4k_atomic_fits (const struct s4k_atomic *a, uint64_t len, uint64_t off)
 {
-  if (!a->max || len < a->min || len > a->max ||
-      ((len | off) & (a->min - 1)))
+  if (!s4k_atomic_allowed (a, len, off))
     return false;
   const uint64_t last = off + len - 1;
   /* Within one naturally aligned max-sized unit (NVMe's AWUPF with
@@ -104,6 +112,6 @@ s4k_atomic_fits (const struct s4k_atomic *a, uint64_t len, uint64_t off)
   if ((off ^ last) & ~(uint64_t) (a->max - 1))
     return false;
   /* Implied by the unit above while boundary >= max; kept so that the
-   * rule reads as SBC-4's and stays right if that ever changes. */
+   * rule reads as NVMe's and stays right if that ever changes. */
   return !a->boundary || !((off ^ last) & ~(uint64_t) (a->boundary - 1));
 }

@@ -57,6 +57,10 @@ const char s4k_config_help[] =
   "                      exports=512n,512e,512e-xp,4kn (before any export=).\n"
   "                      With several exports, a default statsfile=s.json\n"
   "                      becomes s.NAME.json for each (write-log= too).\n"
+  "interface=scsi|sata   The SCSI disk (sect4k-server --scsi) as a SCSI\n"
+  "                      disk (default) or as a SATA drive behind a SCSI/ATA\n"
+  "                      Translation layer: ATA PASS-THROUGH, IDENTIFY DEVICE,\n"
+  "                      SMART (hdparm -I, smartctl -d sat).\n"
   "write-log=PATH        Log every write, zero, trim, flush and mark with its\n"
   "                      data, in dm-log-writes' format (docs/write-log.md).\n"
   S4K_FAULT_HELP
@@ -290,6 +294,16 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
       return -1;
     }
     c->stats_interval = v;
+  }
+  else if (strcmp (key, "interface") == 0) {
+    if (strcmp (value, "scsi") == 0)
+      c->sata = false;
+    else if (strcmp (value, "sata") == 0)
+      c->sata = true;
+    else {
+      snprintf (err, errlen, "interface=%s: must be scsi or sata", value);
+      return -1;
+    }
   }
   else if (strcmp (key, "io") == 0) {
     if (strcmp (value, "uring") == 0)

@@ -95,7 +95,7 @@ plan (const struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
     return -ENOTSUP;
   /* A drive refuses a write marked atomic that it cannot do whole. */
   if (op == S4K_OP_WRITE && (flags & S4K_ATOMIC) &&
-      !s4k_atomic_fits (&d->atomic, len, off))
+      !s4k_atomic_allowed (&d->atomic, len, off))
     return -EINVAL;
   span_of (d, len, off, s);
   place (t, s);
@@ -396,7 +396,7 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
 }
 
 /* True if the device does the write q atomically: marked so (plan
- * refused it if it does not fit, and nothing fits without atomic
+ * refused it if it is not allowed, and nothing is without atomic
  * writes), or under implicit, it fits. */
 S4K_INLINE bool
 atomic_write (const struct s4k_dev *d, const struct request *q)

@@ -121,6 +121,7 @@ fault_clear_bad (struct s4k_fault *f, uint64_t len, uint64_t off)
   if (n < 0)
     return n;
   fault_tally.bad_sectors_cleared += n;
+  f->repaired += n;
   return 0;
 }
 
@@ -184,4 +185,18 @@ s4k_dev_bad_list (struct s4k_dev *d, FILE *fp)
   }
   pthread_mutex_unlock (&f->m);
   return 0;
+}
+
+void
+s4k_dev_bad_counts (struct s4k_dev *d, uint64_t *bad, uint64_t *repaired)
+{
+  struct s4k_fault *f = dev_fault (d);
+  *bad = *repaired = 0;
+  if (!f)
+    return;
+  pthread_mutex_lock (&f->m);
+  for (size_t i = 0; i < f->bad.n; i++)
+    *bad += f->bad.r[i].last - f->bad.r[i].first + 1;
+  *repaired = f->repaired;
+  pthread_mutex_unlock (&f->m);
 }

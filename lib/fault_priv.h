@@ -61,6 +61,7 @@ struct s4k_fault {
   struct s4k_fault_config cfg;
   pthread_mutex_t m;
   struct badset bad;
+  uint64_t repaired;                    /* bad sectors writes repaired */
   struct entry **bucket;
   unsigned bucket_bits;
   struct entry *oldest, *newest;

@@ -95,6 +95,15 @@ s4k_scsi_params_from_config (struct s4k_scsi_params *p,
   p->lbprz = c->upstream == NULL;
   p->rotation_rate = s4k_timing_rotation_rate (&c->timing);
   p->atomic = c->atomic;
+  p->sata = c->sata;
+  if (p->sata)                  /* a SATL's INQUIRY (SAT-4 12.4.1) */
+    snprintf (p->vendor, sizeof p->vendor, "ATA");
+}
+
+static unsigned
+lun_shift (const struct s4k_geometry *g)
+{
+  return (unsigned) __builtin_ctz (g->logical);
 }
 
 struct s4k_scsi_lun *
@@ -115,6 +124,19 @@ s4k_scsi_lun_new (const struct s4k_scsi_params *p, char *err, size_t errlen)
   if (s4k_lowest_aligned (g) > 0x3fff) {
     snprintf (err, errlen, "alignment-offset=%" PRIu32 ": SCSI cannot state "
               "a lowest aligned LBA above 16383", g->alignment);
+    return NULL;
+  }
+  /* ATA has 14 bits for LBA 0's offset (word 209), 48 for the
+   * capacity. */
+  if (p->sata && scsi_ata_lba0_offset (g) > 0x3fff) {
+    snprintf (err, errlen, "alignment-offset=%" PRIu32 ": ATA cannot state "
+              "LBA 0 more than 16383 logical sectors into its physical "
+              "sector (IDENTIFY word 209)", g->alignment);
+    return NULL;
+  }
+  if (p->sata && (g->size >> lun_shift (g)) >> 48) {
+    snprintf (err, errlen, "size=%" PRIu64 ": ATA addresses at most 2^48 "
+              "logical sectors", g->size);
     return NULL;
   }
   if (p->max_request < g->logical) {
@@ -261,6 +283,10 @@ static const struct command commands[] = {
     { 0xff, 0x10, 0, 0, 0, 0, 0, 0xff, 0xff, 0 } },
   { 0x5a, -1, 10, false, "MODE SENSE(10)", scsi_cmd_mode_sense10,
     { 0xff, 0x18, 0xff, 0xff, 0, 0, 0, 0xff, 0xff, 0 } },
+  /* Listed and run only on a LUN with the SATA identity (p.sata). */
+  { 0x85, -1, 16, false, "ATA PASS-THROUGH(16)", scsi_cmd_ata_passthru,
+    { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+      0xff, 0xff, 0xff, 0xff, 0xff, 0 } },
   { 0x88, -1, 16, false, "READ(16)", scsi_cmd_rw16,
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
       0xff, 0xff, 0xff, 0xff, 0x3f, 0 } },
@@ -302,6 +328,8 @@ static const struct command commands[] = {
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0 } },
   { 0xaa, -1, 12, false, "WRITE(12)", scsi_cmd_rw12,
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x1f, 0 } },
+  { 0xa1, -1, 12, false, "ATA PASS-THROUGH(12)", scsi_cmd_ata_passthru,
+    { 0xff, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0 } },
   { 0xa3, 0x0c, 12, false, "REPORT SUPPORTED OPERATION CODES", cmd_rsoc,
     { 0xff, 0x1f, 0x07, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0 } },
 };
@@ -315,10 +343,13 @@ has_service_actions (uint8_t opcode)
 }
 
 /* Whether the LUN has command cm: WRITE ATOMIC(16) only with atomic
- * writes, ZBC IN and OUT only when zoned. */
+ * writes, ATA PASS-THROUGH only with the SATA identity, ZBC IN and OUT
+ * only when zoned. */
 static bool
 lun_has (const struct s4k_scsi_lun *lun, const struct command *cm)
 {
+  if (cm->opcode == 0x85 || cm->opcode == 0xa1)
+    return lun->p.sata;
   if (cm->opcode == 0x94 || cm->opcode == 0x95)
     return lun->p.zones != NULL;
   return cm->opcode != 0x9c || lun->p.atomic.max != 0;
@@ -528,6 +559,8 @@ s4k_scsi_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
                              cmd->priv.salvage_start >> lun->lshift,
                              NO_FIELD_PTR);
   }
+  if (cmd->priv.kind == KIND_ATA)
+    return scsi_ata_done (cmd);
   if (cmd->priv.kind == KIND_VERIFY && cmd->priv.bytchk)
     return scsi_verify_compare (lun, cmd);
   if (cmd->priv.kind == KIND_READ)

@@ -6,6 +6,8 @@
  *   scsi_sbc.c    block commands: START STOP UNIT, READ CAPACITY, READ,
  *                 WRITE, SYNCHRONIZE CACHE, WRITE SAME, UNMAP, VERIFY,
  *                 WRITE ATOMIC;
+ *   scsi_ata.c    the SATA identity (interface=sata): VPD page 89h, ATA
+ *                 PASS-THROUGH;
  *   scsi_sense.c  sense data: building it, the sense for an engine
  *                 error, parsing and naming it. */
 #ifndef S4K_SCSI_PRIV_H
@@ -63,15 +65,14 @@ struct s4k_scsi_lun {
 };
 
 /* The atomic write limits in logical blocks, as the Block Limits page
- * states them and WRITE ATOMIC(16) enforces (p.atomic.max 0: none).  The
- * engine's atomic unit is naturally aligned (s4k_atomic_fits: a write
- * fits within one max-aligned unit, as NVMe's AWUPF with NABSPF and
- * Linux's power-of-two, naturally aligned RWF_ATOMIC writes): SBC-4 has
- * no field for that, nor for a boundary no write may cross (Linux's
- * atomic_write_boundary_bytes, which sd.c sets to 0), so WRITE ATOMIC(16)
- * refuses a write that crosses a multiple of the maximum or of the
- * boundary (at least the maximum).  A boundary below the maximum, which
- * the configuration refuses, would lower the maximum to it. */
+ * states them and WRITE ATOMIC(16) enforces (p.atomic.max 0: none):
+ * every write they allow is atomic (s4k_atomic_allowed), wherever it
+ * lies.  SBC-4 has no field for a naturally aligned unit nor for a
+ * boundary no write may cross (Linux's atomic_write_boundary_bytes,
+ * which sd.c sets to 0), so neither applies to WRITE ATOMIC(16); the
+ * engine keeps them for implicit atomicity (s4k_atomic_fits).  A
+ * boundary below the maximum, which the configuration refuses, would
+ * lower the maximum to it. */
 static inline uint32_t
 atomic_max_blocks (const struct s4k_scsi_lun *lun)
 {
@@ -113,7 +114,7 @@ struct ctx {
 typedef unsigned handler (struct ctx *x);
 
 /* What s4k_scsi_done finishes once the ops ran (cmd->priv.kind). */
-enum { KIND_PLAIN, KIND_READ, KIND_VERIFY };
+enum { KIND_PLAIN, KIND_READ, KIND_VERIFY, KIND_ATA };
 
 struct command {
   uint8_t opcode;
@@ -165,6 +166,16 @@ handler scsi_cmd_start_stop_unit, scsi_cmd_read_capacity10,
         scsi_cmd_rw16, scsi_cmd_sync10, scsi_cmd_sync16,
         scsi_cmd_write_same10, scsi_cmd_write_same16, scsi_cmd_unmap,
         scsi_cmd_verify10, scsi_cmd_verify16, scsi_cmd_write_atomic16;
+/* scsi_ata.c: ATA PASS-THROUGH(12) and (16) (on a LUN with p.sata). */
+handler scsi_cmd_ata_passthru;
+/* The ATA Information VPD page (89h) into b (the header's page length
+ * is the caller's); its length. */
+size_t scsi_ata_vpd89 (const struct s4k_scsi_lun *lun, uint8_t *b);
+/* A pass-through FLUSH CACHE (EXT) whose flush ran. */
+unsigned scsi_ata_done (struct s4k_scsi_cmd *cmd);
+/* Where LBA 0 lies in its physical sector, in logical sectors (IDENTIFY
+ * word 209). */
+uint32_t scsi_ata_lba0_offset (const struct s4k_geometry *g);
 /* scsi_zbc.c: the zoned block commands and what they add elsewhere. */
 handler scsi_cmd_report_zones, scsi_cmd_zone_out;
 /* INQUIRY's peripheral device type: 14h for host-managed, else 00h. */

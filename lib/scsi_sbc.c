@@ -148,10 +148,10 @@ scsi_cmd_write_atomic16 (struct ctx *x)
     return scsi_bad_cdb (cmd, 12, -1);
   if (n == 0 ? lba > lun->blocks : !in_range (lun, lba, n))
     return scsi_out_of_range (cmd);
-  /* The LBA not a multiple of ATOMIC ALIGNMENT, or the write crossing a
-   * multiple of the maximum: the engine's atomic unit is naturally
-   * aligned (s4k_atomic_fits), which Block Limits cannot say. */
-  if ((gran && lba % gran) || (n && lba / unit != (lba + n - 1) / unit))
+  /* The LBA not a multiple of ATOMIC ALIGNMENT.  Nothing else: a write
+   * across a multiple of the maximum is atomic too (the engine's
+   * s4k_atomic_allowed), as Block Limits has no field to forbid it. */
+  if (gran && lba % gran)
     return scsi_bad_cdb (cmd, 2, -1);
   if (lun->p.readonly)
     return write_protected (cmd);

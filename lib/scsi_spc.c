@@ -28,10 +28,19 @@ vpd_page (const struct s4k_scsi_lun *lun, uint8_t page, uint8_t *b)
   b[1] = page;
   switch (page) {
   case 0x00:                    /* supported VPD pages */
-    memcpy (b + 4, vpd_pages, sizeof vpd_pages);
-    n = 4 + sizeof vpd_pages;
+    n = 4;
+    for (size_t i = 0; i < sizeof vpd_pages; i++) {
+      if (p->sata && vpd_pages[i] == 0xb0)
+        b[n++] = 0x89;          /* ATA Information, in order */
+      b[n++] = vpd_pages[i];
+    }
     if (p->zones)
       b[n++] = 0xb6;            /* zoned block device characteristics */
+    break;
+  case 0x89:                    /* ATA Information (SAT-4) */
+    if (!p->sata)
+      return 0;
+    n = scsi_ata_vpd89 (lun, b);
     break;
   case 0x80: {                  /* unit serial number */
     size_t l = strlen (p->serial);
@@ -108,7 +117,7 @@ scsi_cmd_inquiry (struct ctx *x)
 {
   const uint8_t *c = x->cdb;
   const struct s4k_scsi_params *p = &x->lun->p;
-  uint8_t b[256] = { 0 };
+  uint8_t b[600] = { 0 };       /* the longest page: 89h, 572 bytes */
   size_t n;
   if (c[1] & 0x01) {
     n = vpd_page (x->lun, c[2], b);

@@ -83,18 +83,22 @@
  * - Atomic writes (atomic_max, set by the engine): a write that may be
  *   atomic (at most atomic_max bytes) and spans chunks begins the words
  *   of all its chunks, copies, then ends them all, so it is active on
- *   every chunk while any of its bytes change.  A read that spans
- *   chunks within one atomic unit (a naturally aligned atomic_max of
- *   device bytes: no atomic write crosses one; with an alignment
- *   offset even a unit no larger than a chunk spans two) loads the
- *   words of all those chunks, copies them all, and keeps the copy
- *   only if none was active and their sum is unchanged (every word
- *   only grows, so an equal sum is every word unchanged; a leaf that
- *   appears meanwhile adds its word).  Then there is a moment between the last first
- *   load and the first second load at which no chunk read was being
- *   written and every copy holds that moment's bytes: a spanning write
- *   had either begun none of those chunks then or ended them all.
- *   Reads and writes within one chunk are as above. */
+ *   every chunk while any of its bytes change.  An atomic write may
+ *   lie anywhere, across any chunk (WRITE ATOMIC(16) only needs a
+ *   multiple of the minimum; with an alignment offset even a naturally
+ *   aligned unit no larger than a chunk spans two), so a read piece
+ *   that spans chunks loads the words of all its chunks, copies them
+ *   all, and keeps the copy only if none was active and their sum is
+ *   unchanged (every word only grows, so an equal sum is every word
+ *   unchanged; a leaf that appears meanwhile adds its word).  Then
+ *   there is a moment between the last first load and the first second
+ *   load at which no chunk read was being written and every copy holds
+ *   that moment's bytes: a spanning write had either begun none of
+ *   those chunks then or ended them all.  (Checking unit by unit would
+ *   not do: a write across two units could end between the two
+ *   checks.)  A long piece gives up to the locks sooner (each try
+ *   copies all of it).  Reads and writes within one chunk are as
+ *   above. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -125,6 +129,8 @@
 #define SEQ_ACTIVE ((uint64_t) 0xffff)
 #define SEQ_GEN ((uint64_t) 1 << 16)
 #define READ_TRIES 64
+#define READ_SPAN_LONG (64u << 10)  /* a checked piece beyond it ... */
+#define READ_TRIES_LONG 4           /* ... gets this many tries */
 
 /* An interior node or a leaf: entries are nodes, or (in leaves) chunk
  * addresses with the flags above. */
@@ -500,14 +506,16 @@ seq_sum (const struct mem_store *m, uint64_t off, uint64_t len,
   return sum;
 }
 
-/* [off, off+len) in several chunks but one atomic unit, checked as one
- * (see "Atomic writes" at the top); after READ_TRIES, under the
+/* [off, off+len) in several chunks, checked as one (see "Atomic writes"
+ * at the top); after READ_TRIES, or fewer for a long piece (each try
+ * copies all of it, and any writer in it spoils the try), under the
  * engine's locks. */
 static __attribute__ ((noinline)) int
 read_span (struct mem_store *m, char *buf, uint64_t len, uint64_t off)
 {
+  const unsigned tries = len > READ_SPAN_LONG ? READ_TRIES_LONG : READ_TRIES;
   for (unsigned t = 0;; t++) {
-    if (t == READ_TRIES && m->base.contended) {
+    if (t == tries && m->base.contended) {
       const struct s4k_io io = { buf, len, off };
       return m->base.contended (m->base.contended_opaque, &io);
     }
@@ -532,26 +540,6 @@ read_span (struct mem_store *m, char *buf, uint64_t len, uint64_t off)
   }
 }
 
-/* A piece spanning chunks, with atomic writes: unit by unit, each unit
- * in one chunk read as usual, else checked as one.  Out of line: reads
- * without atomic writes pay for a test only. */
-static __attribute__ ((noinline)) int
-read_units (struct mem_store *m, char *buf, uint64_t len, uint64_t off)
-{
-  const uint64_t unit = m->base.atomic_max;
-  for (uint64_t end = off + len, n; off < end; off += n, buf += n) {
-    const uint64_t next = (off | (unit - 1)) + 1;
-    uint64_t ci, co;
-    n = (next < end ? next : end) - off;
-    int r = one_chunk (m, off, n, &ci, &co)
-            ? read_chunk (m, ci, co, buf, n, off)
-            : read_span (m, buf, n, off);
-    if (r)
-      return r;
-  }
-  return 0;
-}
-
 /* The general case of mem_read: out of line, so the one-chunk case
  * pays for no loop. */
 static __attribute__ ((noinline)) int
@@ -560,11 +548,14 @@ read_chunks (struct mem_store *m, const struct s4k_io *io, unsigned nio)
   for (unsigned i = 0; i < nio; i++) {
     char *buf = io[i].buf;
     uint64_t off = io[i].off;
-    /* Units span chunks when larger, or off chunk boundaries (an
-     * alignment offset: units start at multiples from LBA 0). */
-    if (__builtin_expect (m->base.atomic_max != 0, 0) &&
-        (m->base.atomic_max > m->chunk || m->shift)) {
-      int r = read_units (m, buf, io[i].len, off);
+    /* With atomic writes, a piece spanning chunks is checked as one:
+     * an atomic write may lie anywhere (WRITE ATOMIC(16) at any multiple
+     * of the minimum), across any chunk or unit boundary. */
+    if (__builtin_expect (m->base.atomic_max != 0, 0)) {
+      uint64_t ci, co;
+      int r = one_chunk (m, off, io[i].len, &ci, &co)
+              ? read_chunk (m, ci, co, buf, io[i].len, off)
+              : read_span (m, buf, io[i].len, off);
       if (r)
         return r;
       continue;

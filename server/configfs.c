@@ -284,6 +284,13 @@ find_uio (const char *hba_id, const char *name, char *uio, size_t len)
   return r;
 }
 
+/* SMART's sector counts (interface=sata): the fault layer's. */
+static void
+lun_bad_counts (void *dev, uint64_t *bad, uint64_t *repaired)
+{
+  s4k_dev_bad_counts (dev, bad, repaired);
+}
+
 static int
 make_backstore (struct scsi_front *f, size_t i, bool readonly, bool verbose,
                 char *err, size_t errlen)
@@ -296,6 +303,8 @@ make_backstore (struct scsi_front *f, size_t i, bool readonly, bool verbose,
   s4k_scsi_params_from_config (&p, &u->x->cfg, g, max);
   p.zones = s4k_dev_zones (dev);
   p.readonly = p.readonly || readonly || s4k_dev_readonly (dev);
+  p.bad_counts = lun_bad_counts;
+  p.bad_opaque = dev;
   char e2[256];
   if (!(u->lun = s4k_scsi_lun_new (&p, e2, sizeof e2))) {
     fmt (err, errlen, "--scsi: export %s: %s", u->x->name, e2);

@@ -107,7 +107,19 @@ struct s4k_scsi_params {
   struct s4k_zones *zones;    /* s4k_dev_zones (): a zoned LUN (ZBC-2:
                                  REPORT ZONES, ZBC OUT, VPD B6h, device
                                  type 14h when host-managed), or NULL */
-  char vendor[9];             /* INQUIRY T10 vendor: "SECT4K" */
+  bool sata;                  /* interface=sata: a SATA drive behind a SCSI/ATA
+                                 Translation layer (SAT-4): INQUIRY vendor
+                                 "ATA", the ATA Information VPD page (89h),
+                                 ATA PASS-THROUGH(12) and (16) (lib/scsi_ata.c);
+                                 else those are refused as on scsi_debug */
+  /* The fault layer's bad sectors, for SMART (NULL: none): fills
+   * *pending with the physical sectors that are bad now and
+   * *reallocated with those writes have repaired since the start. */
+  void (*bad_counts) (void *opaque, uint64_t *pending,
+                      uint64_t *reallocated);
+  void *bad_opaque;
+  char vendor[9];             /* INQUIRY T10 vendor: "SECT4K" ("ATA" with
+                                 sata) */
   char product[17];           /* INQUIRY product, e.g. "sect4k 512e" */
   char revision[5];           /* INQUIRY revision, from S4K_VERSION */
   char serial[33];            /* VPD 80h and the T10 vendor id of 83h */
@@ -141,6 +153,13 @@ void s4k_scsi_lun_free (struct s4k_scsi_lun *lun);
 const struct s4k_scsi_params *s4k_scsi_lun_params
   (const struct s4k_scsi_lun *lun);
 
+/* The IDENTIFY DEVICE data (ACS-4 7.12.7) of the SATA identity, as words
+ * (id[i] is word i; on the wire little-endian): what ATA PASS-THROUGH
+ * IDENTIFY DEVICE returns and VPD page 89h holds.  The geometry is in
+ * words 106, 117-118 and 209, the capacity in 60-61 and 100-103. */
+void s4k_scsi_ata_identify (const struct s4k_scsi_params *p,
+                            uint16_t id[256]);
+
 /* ---- one command ------------------------------------------------------- */
 
 enum s4k_scsi_op_kind {
@@ -173,7 +192,10 @@ struct s4k_scsi_cmd {
   /* The result, valid once s4k_scsi_exec or s4k_scsi_done returned 0. */
   uint8_t status;             /* S4K_SCSI_GOOD or _CHECK_CONDITION */
   uint8_t sense[S4K_SCSI_SENSE_MAX];
-  uint32_t sense_len;         /* 0 with GOOD, else S4K_SCSI_SENSE_LEN */
+  uint32_t sense_len;         /* 0 with GOOD, else S4K_SCSI_SENSE_LEN
+                                 (fixed format), or 22: descriptor sense
+                                 with the ATA Status Return descriptor
+                                 (ATA PASS-THROUGH, p.sata) */
   uint64_t data_in_len;       /* data-in bytes at the start of the
                                  caller's data buffer (the residual is
                                  what the initiator expected minus this) */

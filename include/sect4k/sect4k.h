@@ -129,8 +129,16 @@ struct s4k_atomic {
                             implicit (default): every write that fits */
 };
 
-/* Whether a write of [off, off+len) fits the limits a (false when
- * a->max is 0). */
+/* Whether a write of [off, off+len) marked atomic (S4K_ATOMIC, SCSI
+ * WRITE ATOMIC(16)) is one the device does whole: a multiple of min
+ * between min and max, at a multiple of min; it may cross a multiple
+ * of max or of the boundary (SBC-4 has no field for either).  False
+ * when a->max is 0. */
+bool s4k_atomic_allowed (const struct s4k_atomic *a, uint64_t len,
+                         uint64_t off);
+/* Whether an unmarked write of [off, off+len) is atomic under
+ * atomic-writes=implicit (it fits): allowed, and within one naturally
+ * aligned max-sized unit and one boundary (NVMe's AWUPF and NABSPF). */
 bool s4k_atomic_fits (const struct s4k_atomic *a, uint64_t len,
                       uint64_t off);
 /* The atomic keys (lib/atomic.c): 1 if key is not one of them, else 0
@@ -146,8 +154,9 @@ int s4k_atomic_finish (struct s4k_atomic *a, const struct s4k_geometry *g,
   "                      0: no atomic writes).\n"                           \
   "atomic-write-min=SIZE Atomic granularity and alignment: a power of two,\n" \
   "                      a multiple of logical (default: physical).\n"     \
-  "atomic-write-boundary=SIZE  No atomic write crosses a multiple of it: a\n" \
-  "                      power of two >= atomic-write-max (default 0: none).\n" \
+  "atomic-write-boundary=SIZE  No write atomic by implicit crosses a\n" \
+  "                      multiple of it (WRITE ATOMIC(16) may): a power\n" \
+  "                      of two >= atomic-write-max (default 0: none).\n" \
   "atomic-writes=implicit|explicit  Every write that fits the limits is\n" \
   "                      atomic (default implicit), or only writes marked\n" \
   "                      atomic (SCSI WRITE ATOMIC(16)).\n"
@@ -246,6 +255,8 @@ struct s4k_config {
   bool stats_count;           /* count requests: set by config_finish when
                                  statsfile= or stats= asks for them */
   struct s4k_fault_config fault;
+  bool sata;                  /* interface=sata: the SCSI disk (--scsi) is
+                                 a SATA drive behind a SATL */
   const char *write_log;      /* write-log=: the log of every write, flush
                                  and mark (include/sect4k/wlog.h) */
   const char *name;           /* export name (export=), NULL if unnamed;
@@ -345,8 +356,8 @@ void s4k_loop_run_posted (struct s4k_completion *newest);
 #define S4K_MAY_TRIM   2u
 #define S4K_FAST_ZERO  4u
 /* A write the client asks to be atomic (SCSI WRITE ATOMIC(16)): it must
- * fit the device's atomic limits (s4k_atomic_fits), else -EINVAL and
- * nothing is written.  Issue 27; README "Atomic writes". */
+ * be within the device's atomic limits (s4k_atomic_allowed), else
+ * -EINVAL and nothing is written.  Issue 27; README "Atomic writes". */
 #define S4K_ATOMIC     8u
 
 #define S4K_DEBUG_RMW  1u
@@ -607,6 +618,10 @@ int s4k_dev_bad_add (struct s4k_dev *d, uint64_t first_lba,
                      uint64_t last_lba, char *err, size_t errlen);
 int s4k_dev_bad_remove (struct s4k_dev *d, uint64_t first_lba,
                         uint64_t last_lba, char *err, size_t errlen);
+/* Physical sectors bad now, and bad ones a write has repaired since the
+ * device opened (0 and 0 without the fault layer): SMART's counts. */
+void s4k_dev_bad_counts (struct s4k_dev *d, uint64_t *bad,
+                         uint64_t *repaired);
 /* One line "FIRST-LAST" (LBAs) per run of bad sectors. */
 int s4k_dev_bad_list (struct s4k_dev *d, FILE *fp);
 /* key=value lines: geometry, cache fill, cuts. */

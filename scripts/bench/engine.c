@@ -1,28 +1,51 @@
 /* The engine alone, no nbdkit: N requests of one kind on a prefilled
- * 64 MiB 512e memory device, at pseudo-random physical-sector offsets.
- * scripts/bench/engine-ir runs it under callgrind for N and 3N requests:
- * the difference over 2N is the engine's instructions per request.
+ * 64 MiB 512e memory device (size= changes it), at pseudo-random
+ * offsets aligned to the request's size (a 16 KiB request lies in one 16 KiB unit, so it is
+ * atomic under atomic-write-max=16K).  scripts/bench/engine-ir runs it
+ * under callgrind for N and 3N requests: the difference over 2N is the
+ * engine's instructions per request.
  *
- * usage: bench-engine N write4k|read4k|rmw512 [KEY=VALUE...]
- * (extra keys, e.g. write-cache=true, to measure what they cost) */
+ * usage: bench-engine N write4k|read4k|rmw512|write16k|read16k|read64k
+ *        [KEY=VALUE...]
+ * (extra keys, e.g. write-cache=true, to measure what they cost; read64k
+ * lies at multiples of 16 KiB, so it spans several 16 KiB units).  The
+ * device's last physical sector is neither prefilled nor ever touched, so
+ * bad-sectors= can name it: the fault layer is there and idle. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sect4k/sect4k.h"
 
-#define SIZE (64u << 20)
+#define USAGE "usage: bench-engine N write4k|read4k|rmw512|write16k|read16k|" \
+              "read64k [KEY=VALUE...]\n"
 
 int
 main (int argc, char **argv)
 {
   if (argc < 3) {
-    fprintf (stderr, "usage: bench-engine N write4k|read4k|rmw512 "
-             "[KEY=VALUE...]\n");
+    fprintf (stderr, USAGE);
     return 2;
   }
   unsigned n = atoi (argv[1]);
   const char *op = argv[2];
+  /* len: the request; unit: offsets are multiples of it; skip: from the
+   * unit's start (the RMW writes LBA 1 of a physical sector). */
+  unsigned len, unit = 4096, skip = 0;
+  bool rd = !strncmp (op, "read", 4);
+  if (!strcmp (op, "write4k") || !strcmp (op, "read4k"))
+    len = 4096;
+  else if (!strcmp (op, "rmw512"))
+    len = 512, skip = 512;
+  else if (!strcmp (op, "write16k") || !strcmp (op, "read16k"))
+    len = unit = 16384;
+  else if (!strcmp (op, "read64k"))
+    len = 65536, unit = 16384;
+  else {
+    fprintf (stderr, "bench-engine: %s: unknown request kind\n" USAGE, op);
+    return 2;
+  }
   struct s4k_config c;
   struct s4k_dev *d;
   char err[256];
@@ -46,23 +69,41 @@ fail:
     fprintf (stderr, "bench-engine: %s\n", err);
     return 1;
   }
-  static char fill[1 << 20], buf[4096];
+  static char fill[1 << 20], buf[65536];
+  const uint64_t size = s4k_dev_geometry (d)->size;
+  int rc = 0;
+  if (!size || size % sizeof fill) {
+    fprintf (stderr, "bench-engine: size=%" PRIu64 ": not a multiple of 1 MiB\n",
+             size);
+    rc = 2;
+    goto out;
+  }
   memset (fill, 0x5a, sizeof fill);
-  for (unsigned off = 0; off < SIZE; off += sizeof fill)
-    if (s4k_write (d, fill, sizeof fill, off, 0))
-      return 1;
+  /* All but the last physical sector: a whole write would repair it. */
+  for (uint64_t off = 0; off < size; off += sizeof fill) {
+    size_t l = off + sizeof fill < size ? sizeof fill : sizeof fill - 4096;
+    int r = s4k_write (d, fill, l, off, 0);
+    if (r) {
+      fprintf (stderr, "bench-engine: prefill: %s\n", s4k_strerror (-r));
+      rc = 1;
+      goto out;
+    }
+  }
   uint64_t x = 88172645463325252ull;
   for (unsigned i = 0; i < n; i++) {
     x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-    uint64_t off = x % (SIZE / 4096 - 1) * 4096;
-    int r = !strcmp (op, "write4k") ? s4k_write (d, buf, 4096, off, 0)
-          : !strcmp (op, "read4k") ? s4k_read (d, buf, 4096, off)
-          : s4k_write (d, buf, 512, off + 512, 0);
+    /* Offsets whose request ends before the last unit, which holds the
+     * untouched sector. */
+    uint64_t off = x % ((size - unit - (len > unit ? len : unit)) / unit + 1)
+                   * unit + skip;
+    int r = rd ? s4k_read (d, buf, len, off) : s4k_write (d, buf, len, off, 0);
     if (r) {
       fprintf (stderr, "bench-engine: %s: %s\n", op, s4k_strerror (-r));
-      return 1;
+      rc = 1;
+      break;
     }
   }
+out:
   s4k_dev_close (d);
-  return 0;
+  return rc;
 }

@@ -103,6 +103,12 @@ def main():
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="sect4k-rmwlat.")
     res = {}
+    # When, at which commit and under what load: the IOPS are timings.
+    load = lambda: " ".join("%.2f" % x for x in os.getloadavg())
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()
+    load0 = load()
     try:
         for name, argv in contenders(os.path.abspath(a.plugin),
                                      os.path.abspath(a.server)).items():
@@ -120,6 +126,7 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
+    load1 = load()
     ref = res[("nbdkit blocksize+delay memory", "distinct")][0] or 1
     L = ["### RMW under latency",
          "",
@@ -142,7 +149,10 @@ def main():
         L.append("| %s | %.0f%s | %.1fx | %.0f | %s |" % (
             name, d[0], "" if d[1] else " (failed)", d[0] / ref, s[0],
             "yes" if s[1] else "NO"))
-    L += ["", "Reproduce: `make bench-rmw-latency` (BENCH_RMW_RUNTIME=SECONDS)."]
+    L += ["", "One fio run per cell, on %s at commit %s; load average "
+          "before/after %s / %s (other jobs may share the machine)." % (
+              when, commit or "(not a git tree)", load0, load1),
+          "", "Reproduce: `make bench-rmw-latency` (BENCH_RMW_RUNTIME=SECONDS)."]
     body = "\n".join(L)
     print(body)
     old = open(a.out).read() if os.path.exists(a.out) else "# Benchmarks\n"

@@ -125,14 +125,29 @@ test_fits (void)
     { &b, 512, 1024, true, "min 512: one logical sector" },
     { &b, 1536, 512, true, "min 512: three sectors inside a unit" },
     { &b, 1024, 16384 - 512, false, "min 512: across the unit" },
+    { &b, 16384, 65536 - 8192, false, "min 512: across the boundary" },
   };
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-    ok (s4k_atomic_fits (t[i].a, t[i].len, t[i].off) == t[i].fits,
-        "fits (max %u min %u): %" PRIu64 " at %" PRIu64 " %s: %s",
-        t[i].a->max, t[i].a->min, t[i].len, t[i].off,
-        t[i].fits ? "fits" : "does not", t[i].why);
+  /* Marked atomic (SBC-4's WRITE ATOMIC(16) rule), where a unit or the
+   * boundary does not matter: every write that fits, and those across
+   * a unit or the boundary. */
+  static const char *const across[] = {
+    "crosses a unit", "max but not naturally aligned",
+    "min 512: across the unit", "min 512: across the boundary",
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    bool allowed = t[i].fits;
+    for (size_t j = 0; j < sizeof across / sizeof across[0]; j++)
+      allowed |= strcmp (t[i].why, across[j]) == 0;
+    ok (s4k_atomic_fits (t[i].a, t[i].len, t[i].off) == t[i].fits &&
+        s4k_atomic_allowed (t[i].a, t[i].len, t[i].off) == allowed,
+        "max %u min %u: %" PRIu64 " at %" PRIu64 " %s (implicit), %s "
+        "marked atomic: %s", t[i].a->max, t[i].a->min, t[i].len, t[i].off,
+        t[i].fits ? "fits" : "does not fit",
+        allowed ? "allowed" : "refused", t[i].why);
+  }
   const struct s4k_atomic off = { 0 };
-  ok (!s4k_atomic_fits (&off, 4096, 0), "max 0: nothing fits");
+  ok (!s4k_atomic_fits (&off, 4096, 0) && !s4k_atomic_allowed (&off, 4096, 0),
+      "max 0: nothing fits, nothing allowed");
 }
 
 /* ---- writes marked atomic that break a limit -------------------------- */
@@ -153,8 +168,6 @@ test_refused (const char *model)
     { 2048, 0, "shorter than min" },
     { 6144, 0, "not a multiple of min" },
     { 4096, 1024, "misaligned to min" },
-    { 8192, 12288, "crosses a max unit" },
-    { 16384, 8192, "max, not naturally aligned" },
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     int r = s4k_write (d, buf, t[i].len, t[i].off, S4K_ATOMIC);
@@ -167,6 +180,20 @@ test_refused (const char *model)
       s4k_read (d, back, 16384, 16384) == 0 &&
       memcmp (back, buf, 16384) == 0,
       "%s: S4K_ATOMIC write of one unit: written", model);
+  /* Across a naturally aligned unit: allowed (WRITE ATOMIC(16) of 2
+   * blocks at LBA 3 on 4kn). */
+  static const struct { uint64_t len, off; const char *why; } a[] = {
+    { 8192, 12288, "crosses a max unit" },
+    { 16384, 40960, "max, not naturally aligned" },
+  };
+  for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) {
+    memset (buf, 0x5a + (int) i, a[i].len);
+    ok (s4k_write (d, buf, a[i].len, a[i].off, S4K_ATOMIC) == 0 &&
+        s4k_read (d, back, a[i].len, a[i].off) == 0 &&
+        memcmp (back, buf, a[i].len) == 0,
+        "%s: S4K_ATOMIC write %s (%" PRIu64 " at %" PRIu64 "): written",
+        model, a[i].why, a[i].len, a[i].off);
+  }
   s4k_dev_close (d);
 
   /* No atomic writes at all: every write marked atomic is refused, the
@@ -343,6 +370,89 @@ test_cut (const char *model, const char *torn, bool explicit_only)
         model, torn, mode, plain_torn, 2 * seeds);
 }
 
+/* Under write-cache=true: writes marked atomic off the naturally
+ * aligned units, each across one (WRITE ATOMIC(16) allows them), then a
+ * cut: each wholly old or new, as the report says.  Per seed, with one
+ * inside a later one (which takes it in) and a plain write over part
+ * of one (which settles it first). */
+static void
+test_cut_odd (const char *model, const char *torn)
+{
+  static const struct { uint64_t len, off; } w[] = {
+    { 8192, 12288 },            /* 2 blocks at LBA 3 on 4kn */
+    { 16384, 40960 },           /* the maximum, across 48K */
+    { 12288, 94208 },           /* across 96K */
+    { 8192, 139264 },           /* 136K-144K, inside the next ... */
+    { 16384, 135168 },          /* ... across 144K: takes it in */
+  };
+  const size_t nw = sizeof w / sizeof w[0];
+  const unsigned seeds = 24;
+  unsigned torn_n = 0, kept = 0, dropped = 0, misreported = 0;
+  unsigned settled_wrong = 0;
+  static char buf[DEV];
+  for (unsigned seed = 1; seed <= seeds; seed++) {
+    char keys[256];
+    snprintf (keys, sizeof keys, "size=%d model=%s write-cache=true "
+              "power-cut-after=1000000 seed=%u torn=%s "
+              "atomic-write-max=16K atomic-writes=explicit", DEV, model,
+              seed, torn);
+    struct s4k_dev *d = open_dev (keys);
+    fill_old (d);
+    for (size_t i = 0; i < nw; i++) {
+      memset (buf, 0x61 + (int) i, w[i].len);
+      if (s4k_write (d, buf, w[i].len, w[i].off, S4K_ATOMIC))
+        bail ("%s: S4K_ATOMIC write of %" PRIu64 " at %" PRIu64 " failed",
+              model, w[i].len, w[i].off);
+    }
+    /* Across 192K, then a plain 4 KiB over its last part: the atomic
+     * write is made durable first. */
+    const uint64_t a_off = 188416, b_off = a_off + 12288;
+    memset (buf, 0x71, PAGE);
+    if (s4k_write (d, buf, PAGE, a_off, S4K_ATOMIC))
+      bail ("S4K_ATOMIC write failed");
+    memset (buf, 0x72, 4096);
+    if (s4k_write (d, buf, 4096, b_off, 0))
+      bail ("plain write failed");
+
+    char *rep = NULL;
+    if (s4k_dev_power_cut (d, -1, &rep) || !rep)
+      bail ("cut failed");
+    /* The first three alone; the last two together (never the first
+     * alone under old bytes of the second). */
+    for (size_t i = 0; i < 3; i++) {
+      int st = state (d, w[i].len, w[i].off, 0x61 + (int) i);
+      torn_n += st == 2;
+      kept += st == 1;
+      dropped += st == 0;
+      if (st != 2 && !reported (rep, d, w[i].len, w[i].off, st == 1))
+        misreported++;
+    }
+    const int s4 = state (d, w[4].len, w[4].off, 0x65);
+    torn_n += s4 == 2;
+    if (s4 != 2 && !reported (rep, d, w[4].len, w[4].off, s4 == 1))
+      misreported++;
+    const struct s4k_geometry *g = s4k_dev_geometry (d);
+    uint64_t b_start, x;
+    s4k_sector_range (g, s4k_sector_index (g, b_off), &b_start, &x);
+    settled_wrong += state (d, b_start - a_off, a_off, 0x71) != 1;
+    if (misreported == 1)
+      diag ("seed %u: %s", seed, rep);
+    free (rep);
+    s4k_dev_close (d);
+  }
+  ok (torn_n == 0, "%s torn=%s: S4K_ATOMIC writes across naturally "
+      "aligned units: none torn by %u cuts (%u kept, %u dropped)", model,
+      torn, seeds, kept, dropped);
+  ok (strcmp (torn, "none") == 0 ? kept == 0 && dropped > 0
+                                 : kept > 0 && dropped > 0,
+      "%s torn=%s: across units: %s", model, torn,
+      strcmp (torn, "none") == 0 ? "always dropped" : "kept and dropped");
+  ok (misreported == 0, "%s torn=%s: across units: the report names each "
+      "kept or dropped as the data shows", model, torn);
+  ok (settled_wrong == 0, "%s torn=%s: across units: one a later write "
+      "overwrote in part was made durable first", model, torn);
+}
+
 /* Without the cache: the write power-cut-after= interrupts is atomic or
  * not; an atomic one is wholly old or new. */
 static void
@@ -464,6 +574,9 @@ main (void)
     for (unsigned t = 0; t < 5; t++)
       for (unsigned x = 0; x < 2; x++)
         test_cut (models[m], torns[t], x);
+  for (unsigned m = 0; m < 3; m++)
+    for (unsigned t = 0; t < 5; t++)
+      test_cut_odd (models[m], torns[t]);
   test_wlog ("implicit", false);
   test_wlog ("explicit", false);
   test_wlog ("implicit", true);

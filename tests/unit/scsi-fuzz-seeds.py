@@ -93,7 +93,7 @@ ATOMIC = {
                   b"\x79" * 4096, fail=0x00),
 }
 
-# Zoned LUNs (issue 33; geometry byte 5, 6, 7): REPORT ZONES, ZBC OUT,
+# Zoned LUNs (issue 33; geometry byte 5, 6, 7 with bit 3): REPORT ZONES, ZBC OUT,
 # writes at and off the write pointer, reads across zone types.  Zones
 # of 32 KiB: 64 LBAs on 512n and 512e.
 def zbc_out(sa, lba, all_=False):
@@ -129,6 +129,34 @@ ZBC = {
 }
 
 
+def ata16(proto, flags, command, features=0, count=0, lba=0, ext=False):
+    return [0x85, proto << 1 | ext, flags, features >> 8, features & 255,
+            count >> 8, count & 255, lba >> 24 & 255, lba & 255, lba >> 32 & 255,
+            lba >> 8 & 255, lba >> 40 & 255, lba >> 16 & 255, 0x40, command, 0]
+
+
+# ATA PASS-THROUGH on a SATA LUN (interface=sata: geometry 5-7) and, for
+# the refusals, on a SCSI one.
+SMART = 0xc24f00
+ATA = {
+    "ata": cmd([0x12, 1, 0x89, 2, 0x40, 0], dlen=576) +
+           cmd(ata16(4, 0x0e, 0xec, count=1), dlen=512) +
+           cmd([0xa1, 4 << 1, 0x0e, 0, 1, 0, 0, 0, 0x40, 0xec, 0, 0], dlen=512) +
+           cmd(ata16(4, 0x0e, 0x2f, count=3, lba=0x30, ext=True), dlen=1536) +
+           cmd(ata16(6, 0x0e, 0x47, count=1, ext=True), dlen=512) +
+           cmd(ata16(4, 0x0e, 0xb0, 0xd0, 1, SMART), dlen=512) +
+           cmd(ata16(4, 0x0e, 0xb0, 0xd1, 1, SMART), dlen=512) +
+           cmd(ata16(4, 0x0e, 0xb0, 0xd5, 1, SMART | 0x30), dlen=512) +
+           cmd(ata16(3, 0x20, 0xb0, 0xda, 0, SMART)) +
+           cmd(ata16(3, 0x20, 0xe5)) +
+           cmd(ata16(3, 0x20, 0xea, ext=True)) +
+           cmd(ata16(3, 0, 0xe7), fail=0x00) +
+           cmd(ata16(3, 0, 0x00)) +
+           cmd(ata16(0, 0, 0xea)) + cmd(ata16(4, 0, 0xec, count=1), dlen=512) +
+           cmd(ata16(4, 0x0a, 0xec, count=100), dlen=512),
+}
+
+
 def main(outdir):
     os.makedirs(outdir, exist_ok=True)
     for name, body in SEEDS.items():
@@ -137,9 +165,15 @@ def main(outdir):
                         (0x0c, "1k8k-wc")):
             with open(os.path.join(outdir, "seed-%s-%s" % (name, tag)), "wb") as f:
                 f.write(bytes([b0]) + body)
+    # Zoned: geometry 5-7 (SATA) with byte 0 bit 3 (no write cache then).
     for name, body in ZBC.items():
-        for b0, tag in ((0x05, "hm-512n"), (0x06, "hm-512e"), (0x07, "ha-512e"),
-                        (0x56, "hm-512e-faults-ro"), (0x01, "512e-off")):
+        for b0, tag in ((0x0d, "hm-512n"), (0x0e, "hm-512e"), (0x0f, "ha-512e"),
+                        (0x5e, "hm-512e-faults-ro"), (0x01, "512e-off")):
+            with open(os.path.join(outdir, "seed-%s-%s" % (name, tag)), "wb") as f:
+                f.write(bytes([b0]) + body)
+    for name, body in ATA.items():
+        for b0, tag in ((0x06, "512e-sata"), (0x47, "512e-xp-sata-faults"),
+                        (0x15, "512n-sata-ro"), (0x01, "512e-scsi")):
             with open(os.path.join(outdir, "seed-%s-%s" % (name, tag)), "wb") as f:
                 f.write(bytes([b0]) + body)
     for name, body in ATOMIC.items():

@@ -11,6 +11,9 @@
 #     one gets EINVAL;
 #   - WRITE ATOMIC(16) sent with sg_raw reaches sect4k-server through
 #     target_core_user (LIO passes it through: passthrough_parse_cdb);
+#   - on 4kn with a 16 KiB maximum, WRITE ATOMIC(16) of 2 blocks at LBA 3
+#     (across a multiple of the maximum, which Block Limits allows) is
+#     GOOD on scsi_debug and on the sect4k disk alike (issue 32);
 #   - atomic-writes=explicit, write-cache=true, torn=garbage: a power cut
 #     after a stream of 16 KiB RWF_ATOMIC writes leaves no torn page, the
 #     same stream of plain O_DIRECT writes leaves torn pages.
@@ -30,7 +33,7 @@ atomic_sysfs () {
 # sect4k's page has.  atomic_reference NAME WANT SCSI_DEBUG_ARGS...: sets
 # atomic_ref to what its sysfs shows.
 atomic_reference () {
-  local pfx="atomic: scsi_debug atomic_wr=1 $1 (reference)" want=$2 dev
+  local pfx="atomic: scsi_debug atomic_wr=1 $1 (reference)" name=$1 want=$2 dev
   shift 2
   atomic_ref=
   if ! insmod /modules/scsi_debug.ko dev_size_mb=16 atomic_wr=1 "$@" \
@@ -42,7 +45,22 @@ atomic_reference () {
   if [ -z "$dev" ]; then nok "$pfx: scsi_debug made a disk"; rmmod scsi_debug; return; fi
   atomic_ref=$(atomic_sysfs "/dev/$dev")
   is "$pfx: queue/atomic_write_max_bytes unit_min unit_max boundary" "$atomic_ref" "$want"
+  [ "$name" != 4kn ] || atomic_lba3 "$pfx" "/dev/$dev"
   rmmod scsi_debug
+}
+
+# atomic_lba3 PFX DEV: on 4kn with a 16 KiB maximum, WRITE ATOMIC(16) of
+# 2 blocks at LBA 3 (across LBA 4, a multiple of the maximum: Block
+# Limits allows it) is GOOD and the data reads back.
+atomic_lba3 () {
+  local out rc
+  head -c 8192 /dev/urandom > /tmp/aw3.in
+  out=$(sg_raw -s 8192 -i /tmp/aw3.in "$2" 9c 00 00 00 00 00 00 00 00 03 00 00 00 02 00 00 2>&1); rc=$?
+  is "$1: sg_raw WRITE ATOMIC(16) of 2 blocks at LBA 3 (across a multiple of the maximum): GOOD" "$rc" 0
+  [ "$rc" = 0 ] || diag "$out"
+  dd if="$2" of=/tmp/aw3.out bs=4096 skip=3 count=2 iflag=direct status=none
+  check "$1: ... the data reads back" cmp -s /tmp/aw3.in /tmp/aw3.out
+  rm -f /tmp/aw3.*
 }
 
 # atomic_4kn: the same comparison on 4kn (limits in 4096-byte blocks).
@@ -57,6 +75,7 @@ atomic_4kn () {
     "$(atomic_sysfs "$scsi_dev")" "${atomic_ref:-16384 4096 16384 0}"
   is "$pfx: statx STATX_WRITE_ATOMIC on $scsi_dev" \
     "$(s4k-atomic statx "$scsi_dev" 2>&1)" "STATX_WRITE_ATOMIC 1 4096 16384 1"
+  atomic_lba3 "$pfx" "$scsi_dev"
   scsi_stop "$pfx"
 }
 

@@ -5,6 +5,7 @@
 #   virtio  the virtio-blk disks the host gave qemu (one per case, serial=name)
 #   faults  bad sectors and power cuts through the nbd driver
 #   scsi, scsi_bench   guest/scsi.sh
+#   sata    sect4k-server --scsi interface=sata: hdparm, smartctl   guest/sata.sh
 #   atomic  untorn writes on a SCSI disk (Linux 6.11 on): guest/atomic.sh
 #   zoned   a host-managed sect4k SCSI disk against scsi_debug: guest/zoned.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
@@ -533,6 +534,8 @@ dmlog_case () {
 # sect4k-server --scsi --run and sect4k-attach --run (issue 28).
 . /captive.sh
 . /atomic.sh
+# The SATA identity (issue 34).
+. /sata.sh
 # Zoned drives against scsi_debug (issue 33).
 . /zoned.sh
 for suite in "$@"; do "suite_$suite"; tidy "$suite suite"; done

@@ -1,0 +1,583 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The SCSI layer's SATA identity (interface=sata, lib/scsi_ata.c, issue
+ * 34): the IDENTIFY DEVICE image of every preset and of odd geometries,
+ * word by word as ACS-4 computes it, its checksum, and the inverse
+ * (libata's formulas applied to the words give back the geometry); the
+ * same image through VPD 89h, ATA PASS-THROUGH(12)/(16) and the IDENTIFY
+ * DEVICE data log; the logs, SMART following the fault layer's bad
+ * sectors, the registers in the ATA Status Return descriptor, and CDBs
+ * with bad fields refused before anything runs. */
+#include <errno.h>
+#include <string.h>
+
+#include "sect4k/scsi.h"
+#include "tap.h"
+
+struct geo {
+  const char *name;
+  const char *keys[4];
+  uint32_t L, P, A;
+};
+static const struct geo geos[] = {
+  { "512n", { "model=512n" }, 512, 512, 0 },
+  { "512e", { "model=512e" }, 512, 4096, 0 },
+  { "512e-xp", { "model=512e-xp" }, 512, 4096, 3584 },
+  { "4kn", { "model=4kn" }, 4096, 4096, 0 },
+  { "4096/16384+8192", { "logical=4096", "physical=16384",
+                         "alignment-offset=8192" }, 4096, 16384, 8192 },
+  { "4096/16384+4096", { "logical=4096", "physical=16384",
+                         "alignment-offset=4096" }, 4096, 16384, 4096 },
+  { "512/65536", { "logical=512", "physical=65536" }, 512, 65536, 0 },
+  { "512/65536+512", { "logical=512", "physical=65536",
+                       "alignment-offset=512" }, 512, 65536, 512 },
+  { "65536/65536", { "logical=65536" }, 65536, 65536, 0 },
+};
+#define NGEOS (sizeof geos / sizeof geos[0])
+
+struct rig {
+  struct s4k_config c;
+  struct s4k_dev *d;
+  struct s4k_scsi_lun *lun;
+  struct s4k_scsi_params p;
+};
+
+static void
+counts_cb (void *opaque, uint64_t *bad, uint64_t *repaired)
+{
+  s4k_dev_bad_counts (opaque, bad, repaired);
+}
+
+/* Opens a LUN of geometry g with the extra keys; NULL-terminated. */
+static void
+rig_open (struct rig *t, const struct geo *g, const char *const *extra)
+{
+  char err[256], kv[256];
+  const char *keys[16] = { "size=8M", "interface=sata" };
+  unsigned n = 2;
+  s4k_config_init (&t->c);
+  for (unsigned i = 0; i < 4 && g->keys[i]; i++)
+    keys[n++] = g->keys[i];
+  for (unsigned i = 0; extra && extra[i]; i++)
+    keys[n++] = extra[i];
+  static char store[64][128];
+  static unsigned ns;
+  for (unsigned i = 0; i < n; i++) {
+    snprintf (kv, sizeof kv, "%s", keys[i]);
+    char *eq = strchr (kv, '=');
+    *eq = '\0';
+    char *v = store[ns++ % 64];
+    snprintf (v, 128, "%s", eq + 1);
+    if (s4k_config_set (&t->c, kv, v, err, sizeof err))
+      bail ("%s", err);
+  }
+  if (s4k_config_finish (&t->c, err, sizeof err))
+    bail ("%s", err);
+  if (s4k_dev_open (&t->d, &t->c, err, sizeof err))
+    bail ("%s", err);
+  s4k_scsi_params_from_config (&t->p, &t->c, s4k_dev_geometry (t->d),
+                               s4k_dev_max_request (t->d));
+  t->p.bad_counts = counts_cb;
+  t->p.bad_opaque = t->d;
+  if (!(t->lun = s4k_scsi_lun_new (&t->p, err, sizeof err)))
+    bail ("%s", err);
+}
+
+static void
+rig_close (struct rig *t)
+{
+  s4k_scsi_lun_free (t->lun);
+  s4k_dev_close (t->d);
+}
+
+static struct s4k_scsi_cmd last;
+static unsigned last_ops;
+
+static uint8_t
+run (struct rig *t, const uint8_t *cdb, size_t len, void *data,
+     size_t data_len)
+{
+  last_ops = 0;
+  unsigned n = s4k_scsi_exec (t->lun, &last, cdb, len, data, data_len, 0);
+  while (n > 0) {
+    unsigned i = 0;
+    int r = 0;
+    for (; i < n; i++) {
+      last_ops++;
+      const struct s4k_scsi_op *op = &last.ops[i];
+      r = op->kind == S4K_SCSI_OP_FLUSH ? s4k_flush (t->d)
+        : op->kind == S4K_SCSI_OP_READ ? s4k_read (t->d, op->buf, op->len,
+                                                   op->off)
+        : op->kind == S4K_SCSI_OP_WRITE ? s4k_write (t->d, op->buf, op->len,
+                                                     op->off, op->flags)
+        : -EINVAL;
+      if (r)
+        break;
+    }
+    n = s4k_scsi_done (t->lun, &last, i, r, 0);
+  }
+  s4k_scsi_cmd_release (&last);
+  return last.status;
+}
+
+static void
+clear_ua (struct rig *t)
+{
+  uint8_t tur[6] = { 0 };
+  run (t, tur, 6, NULL, 0);
+}
+
+/* ATA PASS-THROUGH(16): protocol, flags byte, and the registers. */
+static void
+ata16 (uint8_t *c, unsigned proto, uint8_t flags, uint8_t command,
+       uint16_t features, uint16_t count, uint64_t lba, bool ext)
+{
+  memset (c, 0, 16);
+  c[0] = 0x85;
+  c[1] = (uint8_t) (proto << 1 | ext);
+  c[2] = flags;
+  c[3] = (uint8_t) (features >> 8);
+  c[4] = (uint8_t) features;
+  c[5] = (uint8_t) (count >> 8);
+  c[6] = (uint8_t) count;
+  c[7] = (uint8_t) (lba >> 24);
+  c[8] = (uint8_t) lba;
+  c[9] = (uint8_t) (lba >> 32);
+  c[10] = (uint8_t) (lba >> 8);
+  c[11] = (uint8_t) (lba >> 40);
+  c[12] = (uint8_t) (lba >> 16);
+  c[13] = 0x40;
+  c[14] = command;
+}
+
+/* PIO data-in, T_LENGTH in COUNT, in 512-byte blocks. */
+#define PIO_IN 4
+#define NON_DATA 3
+#define IN_BLOCKS 0x0e
+#define CK_COND 0x20
+
+/* The descriptor sense of the last command: key, asc, ascq and the ATA
+ * Status Return descriptor. */
+static bool
+ata_sense_is (uint8_t key, uint8_t asc, uint8_t ascq, uint8_t status,
+              uint8_t error)
+{
+  const uint8_t *s = last.sense, *d = s + 8;
+  if (last.status != S4K_SCSI_CHECK_CONDITION || s[0] != 0x72 ||
+      s[1] != key || s[2] != asc || s[3] != ascq || s[7] != 14 ||
+      d[0] != 0x09 || d[1] != 0x0c || d[13] != status || d[3] != error) {
+    diag ("sense %02x %02x %02x %02x .. desc %02x %02x err %02x st %02x",
+          s[0], s[1], s[2], s[3], d[0], d[1], d[3], d[13]);
+    return false;
+  }
+  return true;
+}
+
+static bool
+bad_field (int byte, int bit)
+{
+  const uint8_t *s = last.sense;
+  return last.status == S4K_SCSI_CHECK_CONDITION && s[0] == 0x70 &&
+         s[2] == S4K_SENSE_ILLEGAL_REQUEST && s[12] == 0x24 &&
+         (s[15] & 0xc0) == 0xc0 && ((s[16] << 8) | s[17]) == byte &&
+         (bit < 0 ? !(s[15] & 0x08) : (s[15] & 0x0f) == (0x08 | bit)) &&
+         last_ops == 0;
+}
+
+/* Attribute idn of SMART data b: its raw value, its value; -1 if
+ * absent. */
+static int64_t
+RAW (const uint8_t *b, uint8_t idn)
+{
+  for (int i = 0; i < 30; i++)
+    if (b[2 + 12 * i] == idn) {
+      int64_t r = 0;
+      for (int k = 5; k >= 0; k--)
+        r = r << 8 | b[2 + 12 * i + 5 + k];
+      return r;
+    }
+  return -1;
+}
+
+static int
+VAL (const uint8_t *b, uint8_t idn)
+{
+  for (int i = 0; i < 30; i++)
+    if (b[2 + 12 * i] == idn)
+      return b[2 + 12 * i + 3];
+  return -1;
+}
+
+static void
+ata_str (const uint16_t *w, size_t words, char *out)
+{
+  for (size_t i = 0; i < words; i++) {
+    out[2 * i] = (char) (w[i] >> 8);
+    out[2 * i + 1] = (char) w[i];
+  }
+  size_t n = 2 * words;
+  while (n && out[n - 1] == ' ')
+    n--;
+  out[n] = '\0';
+}
+
+/* libata's reading of the words (include/linux/ata.h, from the
+ * standard): the logical size, log2 logical per physical, and the
+ * lowest aligned LBA (ata_id_logical_sector_offset, which libata-scsi
+ * puts in READ CAPACITY(16)). */
+static uint32_t
+libata_logical (const uint16_t *id)
+{
+  if ((id[106] & 0xd000) == 0x5000)
+    return ((uint32_t) id[118] << 16 | id[117]) * 2;
+  return 512;
+}
+static unsigned
+libata_log2_per_phys (const uint16_t *id)
+{
+  if ((id[106] & 0xc000) != 0x4000)
+    return 0;
+  return id[106] & 0x2000 ? id[106] & 0xf : 0;
+}
+static uint32_t
+libata_lowest_aligned (const uint16_t *id, unsigned l2)
+{
+  if (l2 > 1 && (id[209] & 0xc000) == 0x4000) {
+    const uint32_t first = id[209] & 0x3fff;
+    if (first > 0)
+      return (1u << l2) - first;
+  }
+  return 0;
+}
+
+static void
+test_identify (const struct geo *g, const char *const *extra,
+               const char *what, bool wc, uint16_t rpm)
+{
+  struct rig t;
+  rig_open (&t, g, extra);
+  clear_ua (&t);
+  uint16_t id[256];
+  s4k_scsi_ata_identify (&t.p, id);
+  const uint64_t blocks = (8u << 20) / g->L;
+  const uint32_t ratio = g->P / g->L;
+  char name[64];
+  snprintf (name, sizeof name, "%s%s", g->name, what);
+
+  /* Each word as ACS-4 7.12.7 computes it. */
+  uint16_t w106 = 0x4000;
+  if (ratio > 1)
+    w106 |= (uint16_t) (0x2000 | (31 - __builtin_clz (ratio)));
+  if (g->L > 512)
+    w106 |= 0x1000;
+  ok (id[106] == w106, "%s: word 106 %04x (want %04x)", name, id[106], w106);
+  ok (g->L > 512 ? ((uint32_t) id[118] << 16 | id[117]) == g->L / 2
+                 : id[117] == 0 && id[118] == 0,
+      "%s: words 117-118: %u words per logical sector", name,
+      (uint32_t) id[118] << 16 | id[117]);
+  /* LBA 0 sits (P - A) / L logical sectors into its physical sector. */
+  const uint16_t w209 = (uint16_t) (0x4000 | ((g->P - g->A) / g->L) % ratio);
+  ok (id[209] == w209, "%s: word 209 %04x (want %04x)", name, id[209], w209);
+  const uint64_t b28 = blocks > 0x0fffffff ? 0x0fffffff : blocks;
+  ok (((uint32_t) id[61] << 16 | id[60]) == b28 &&
+      ((uint64_t) id[103] << 48 | (uint64_t) id[102] << 32 |
+       (uint64_t) id[101] << 16 | id[100]) == blocks,
+      "%s: words 60-61 and 100-103: %" PRIu64 " sectors", name, blocks);
+  ok ((id[83] & 0xc000) == 0x4000 && (id[83] & 0x2400) == 0x2400 &&
+      (id[86] & 0x2400) == 0x2400,
+      "%s: 48-bit and FLUSH CACHE EXT supported and enabled (83, 86)", name);
+  ok ((id[82] & 0x20) && !!(id[85] & 0x20) == wc,
+      "%s: volatile write cache supported, %s (82/85 bit 5)", name,
+      wc ? "enabled" : "disabled");
+  ok ((id[169] & 1) && (id[69] & 0x4020) == 0x4020,
+      "%s: TRIM, deterministic zeroes after it (169, 69)", name);
+  ok (id[217] == rpm, "%s: word 217 rotation rate %u", name, id[217]);
+  ok ((id[0] & 0x8000) == 0 && (id[84] & 0xc020) == 0x4020 &&
+      (id[87] & 0xc020) == 0x4020 && (id[119] & 0xc008) == 0x4008,
+      "%s: ATA device, GPL and READ LOG DMA EXT supported", name);
+  char model[41], serial[21], fw[9];
+  ata_str (id + 27, 20, model);
+  ata_str (id + 10, 10, serial);
+  ata_str (id + 23, 4, fw);
+  ok (strcmp (model, t.p.product) == 0 && strcmp (serial, t.p.serial) == 0
+      && strcmp (fw, S4K_VERSION) == 0,
+      "%s: model '%s', serial '%s', firmware '%s'", name, model, serial, fw);
+  uint8_t sum = 0;
+  for (int i = 0; i < 256; i++)
+    sum = (uint8_t) (sum + (id[i] & 0xff) + (id[i] >> 8));
+  ok ((id[255] & 0xff) == 0xa5 && sum == 0,
+      "%s: word 255: signature A5h, checksum %02x (bytes sum to 0)", name,
+      id[255] >> 8);
+
+  /* The inverse: libata's formulas give back the geometry. */
+  const unsigned l2 = libata_log2_per_phys (id);
+  const uint32_t L = libata_logical (id), P = L << l2;
+  const uint32_t lowest = libata_lowest_aligned (id, l2);
+  /* libata ignores word 209 with two logical per physical (l2 > 1):
+   * none of these geometries has that. */
+  ok (L == g->L && P == g->P && lowest == g->A / g->L,
+      "%s: libata reads logical %u, physical %u, lowest aligned LBA %u",
+      name, L, P, lowest);
+
+  /* The same bytes through every way of reading them. */
+  uint8_t img[512];
+  for (int i = 0; i < 256; i++) {
+    img[2 * i] = (uint8_t) id[i];
+    img[2 * i + 1] = (uint8_t) (id[i] >> 8);
+  }
+  uint8_t buf[2048], c[16];
+  uint8_t inq[6] = { 0x12, 0x01, 0x89, 0x02, 0x40, 0 };
+  ok (run (&t, inq, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
+      last.data_in_len == 572 && buf[1] == 0x89 && buf[2] == 0x02 &&
+      buf[3] == 0x38 && buf[36] == 0x34 && buf[56] == 0xec &&
+      memcmp (buf + 60, img, 512) == 0,
+      "%s: VPD 89h: 572 bytes, the image at byte 60", name);
+  memset (buf, 0x55, sizeof buf);
+  ata16 (c, PIO_IN, IN_BLOCKS, 0xec, 0, 1, 0, false);
+  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD &&
+      last.data_in_len == 512 && memcmp (buf, img, 512) == 0,
+      "%s: ATA PASS-THROUGH(16) IDENTIFY DEVICE: the image", name);
+  uint8_t c12[12] = { 0xa1, PIO_IN << 1, IN_BLOCKS, 0, 1, 0, 0, 0, 0x40,
+                      0xec, 0, 0 };
+  memset (buf, 0x55, sizeof buf);
+  ok (run (&t, c12, 12, buf, 512) == S4K_SCSI_GOOD &&
+      last.data_in_len == 512 && memcmp (buf, img, 512) == 0,
+      "%s: ATA PASS-THROUGH(12) IDENTIFY DEVICE: the image", name);
+  /* READ LOG EXT: log 30h pages 00h-02h. */
+  ata16 (c, PIO_IN, IN_BLOCKS, 0x2f, 0, 3, 0x30, true);
+  ok (run (&t, c, 16, buf, 1536) == S4K_SCSI_GOOD &&
+      last.data_in_len == 1536 && buf[8] == 3 && buf[9] == 0 &&
+      buf[10] == 1 && buf[11] == 2 && memcmp (buf + 512, img, 512) == 0,
+      "%s: READ LOG EXT 30h: pages 00h-02h listed, 01h the image", name);
+  const uint8_t *p2 = buf + 1024;
+  uint64_t q1 = 0, q2 = 0, q3 = 0;
+  for (int i = 7; i >= 0; i--) {
+    q1 = q1 << 8 | p2[8 + i];
+    q2 = q2 << 8 | p2[16 + i];
+    q3 = q3 << 8 | p2[24 + i];
+  }
+  ok (p2[2] == 2 && (q1 >> 63) && (q1 & 0xffffffffffffULL) == blocks &&
+      (q2 >> 63) && !!(q2 & (1ULL << 62)) == (ratio > 1) &&
+      !!(q2 & (1ULL << 61)) == (g->L > 512) &&
+      ((q2 >> 16) & 0xf) == (unsigned) __builtin_ctz (ratio) &&
+      (q2 & 0xffff) == (w209 & 0x3fff) && (q3 >> 63) &&
+      (q3 & 0xffffffff) == g->L / 2,
+      "%s: log 30h page 02h: capacity, sector sizes as words 106/117/209",
+      name);
+  rig_close (&t);
+}
+
+static void
+test_commands (void)
+{
+  struct rig t;
+  const char *extra[] = { "bad-sectors=40", NULL };
+  rig_open (&t, &geos[1], extra);       /* 512e */
+  clear_ua (&t);
+  uint8_t c[16], buf[4096];
+
+  /* General Purpose Log directory. */
+  ata16 (c, 6, IN_BLOCKS, 0x47, 0, 1, 0, true);
+  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD && buf[0] == 1 &&
+      buf[1] == 0 && buf[0x60] == 3,
+      "READ LOG DMA EXT 00h: GPL version 1, log 30h has 3 pages");
+  ata16 (c, 6, IN_BLOCKS, 0x47, 0, 1, 0x2f, true);
+  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
+      ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04) &&
+      last.data_in_len == 0,
+      "READ LOG DMA EXT of a log it lacks: ABORT (ABORTED COMMAND, "
+      "status 51h, error 04h)");
+  ata16 (c, PIO_IN, IN_BLOCKS, 0x2f, 0, 1, 0x30 | 3 << 8, true);
+  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
+      ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04),
+      "READ LOG EXT 30h page 03h (absent): ABORT");
+
+  /* SMART: RETURN STATUS passes; attributes count the bad sector. */
+  ata16 (c, NON_DATA, CK_COND, 0xb0, 0xda, 0, 0xc24f00, false);
+  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
+      ata_sense_is (0x01, 0x00, 0x1d, 0x50, 0) &&
+      last.sense[8 + 9] == 0x4f && last.sense[8 + 11] == 0xc2,
+      "SMART RETURN STATUS with CK_COND: RECOVERED ERROR, ATA PASS-THROUGH "
+      "INFORMATION AVAILABLE, LBA 23:8 C24Fh (passed)");
+  ata16 (c, NON_DATA, 0, 0xb0, 0xda, 0, 0xc24f00, false);
+  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_GOOD && last.sense_len == 0,
+      "SMART RETURN STATUS without CK_COND: GOOD, no sense");
+  uint8_t smart[512], thr[512];
+  ata16 (c, PIO_IN, IN_BLOCKS, 0xb0, 0xd0, 1, 0xc24f00, false);
+  ok (run (&t, c, 16, smart, 512) == S4K_SCSI_GOOD, "SMART READ DATA");
+  ata16 (c, PIO_IN, IN_BLOCKS, 0xb0, 0xd1, 1, 0xc24f00, false);
+  ok (run (&t, c, 16, thr, 512) == S4K_SCSI_GOOD,
+      "SMART READ ATTRIBUTE THRESHOLDS");
+  uint8_t s1 = 0, s2 = 0;
+  for (int i = 0; i < 512; i++)
+    s1 = (uint8_t) (s1 + smart[i]), s2 = (uint8_t) (s2 + thr[i]);
+  ok (s1 == 0 && s2 == 0 && smart[0] == 0x10 && thr[0] == 0x10,
+      "SMART data and thresholds: revision 16, checksums");
+  ok (RAW (smart, 5) == 0 && RAW (smart, 197) == 1 && RAW (smart, 198) == 1
+      && VAL (smart, 5) == 100,
+      "bad-sectors=40: Current_Pending 1, Offline_Uncorrectable 1, "
+      "Reallocated 0 (100)");
+  char err[128];
+  ok (s4k_dev_bad_add (t.d, 100, 100, err, sizeof err) == 0 &&
+      s4k_dev_bad_add (t.d, 1000, 1023, err, sizeof err) == 0,
+      "bad add 100, 1000-1023 (1 + 3 physical sectors)");
+  ata16 (c, PIO_IN, IN_BLOCKS, 0xb0, 0xd0, 1, 0xc24f00, false);
+  run (&t, c, 16, smart, 512);
+  ok (RAW (smart, 197) == 5 && RAW (smart, 198) == 5 && RAW (smart, 5) == 0,
+      "SMART follows: 5 pending and uncorrectable");
+  /* A whole-sector write repairs (reallocates) one. */
+  uint8_t w10[10] = { 0x2a, 0, 0, 0, 0, 96, 0, 0, 8, 0 };
+  memset (buf, 0xab, 4096);
+  ok (run (&t, w10, 10, buf, 4096) == S4K_SCSI_GOOD, "WRITE LBA 96-103");
+  run (&t, c, 16, smart, 512);
+  ok (RAW (smart, 197) == 4 && RAW (smart, 5) == 1 && VAL (smart, 5) == 99,
+      "after the write: 4 pending, 1 reallocated (value 99)");
+  ata16 (c, NON_DATA, CK_COND, 0xb0, 0xda, 0, 0xc24f00, false);
+  run (&t, c, 16, NULL, 0);
+  ok (last.sense[8 + 9] == 0x4f && last.sense[8 + 11] == 0xc2,
+      "SMART RETURN STATUS still passes (value above threshold 10)");
+  /* Ninety reallocations cross the threshold. */
+  for (uint64_t s = 0; s < 89; s++) {
+    const uint64_t lba = 2048 + 8 * s;
+    s4k_dev_bad_add (t.d, lba, lba, err, sizeof err);
+    w10[2] = (uint8_t) (lba >> 24), w10[3] = (uint8_t) (lba >> 16);
+    w10[4] = (uint8_t) (lba >> 8), w10[5] = (uint8_t) lba;
+    run (&t, w10, 10, buf, 4096);
+  }
+  run (&t, c, 16, NULL, 0);
+  ok (last.sense[8 + 9] == 0xf4 && last.sense[8 + 11] == 0x2c,
+      "90 reallocated: SMART RETURN STATUS F42Ch (threshold exceeded)");
+  ata16 (c, NON_DATA, CK_COND, 0xb0, 0xda, 0, 0x000000, false);
+  run (&t, c, 16, NULL, 0);
+  ok (ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04),
+      "SMART without the C24Fh key: ABORT");
+  ata16 (c, PIO_IN, IN_BLOCKS, 0xb0, 0xd5, 1, 0xc24f30, false);
+  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD && buf[8] == 3,
+      "SMART READ LOG 30h: page 00h");
+
+  /* CHECK POWER MODE, FLUSH CACHE EXT. */
+  ata16 (c, NON_DATA, CK_COND, 0xe5, 0, 0, 0, false);
+  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
+      ata_sense_is (0x01, 0, 0x1d, 0x50, 0) && last.sense[8 + 5] == 0xff,
+      "CHECK POWER MODE: count FFh (active or idle)");
+  ata16 (c, NON_DATA, 0, 0xea, 0, 0, 0, true);
+  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_GOOD && last_ops == 1,
+      "FLUSH CACHE EXT: one flush, GOOD");
+  ata16 (c, NON_DATA, CK_COND, 0xea, 0, 0, 0, true);
+  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
+      last_ops == 1 && ata_sense_is (0x01, 0, 0x1d, 0x50, 0) &&
+      (last.sense[8 + 2] & 1),
+      "FLUSH CACHE EXT with CK_COND: flushed, the registers (EXTEND)");
+  /* Any other ATA command: ABORT, as the drive. */
+  ata16 (c, NON_DATA, 0, 0x00, 0, 0, 0, false);           /* NOP */
+  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
+      ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04) &&
+      last_ops == 0, "NOP: ABORT");
+  ata16 (c, 6, IN_BLOCKS, 0x25, 0, 1, 0, true);           /* READ DMA EXT */
+  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
+      ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04) &&
+      last_ops == 0, "READ DMA EXT: ABORT");
+
+  /* Bad fields: refused, nothing runs. */
+  ata16 (c, 0, 0, 0xea, 0, 0, 0, true);                    /* hard reset */
+  run (&t, c, 16, NULL, 0);
+  ok (bad_field (1, 4), "protocol 0 (hard reset): INVALID FIELD IN CDB, "
+      "byte 1 bit 4");
+  ata16 (c, 12, IN_BLOCKS, 0xec, 0, 1, 0, false);          /* NCQ */
+  run (&t, c, 16, buf, 512);
+  ok (bad_field (1, 4), "protocol 12 (FPDMA): refused");
+  ata16 (c, PIO_IN, 0, 0xec, 0, 1, 0, false);             /* no T_LENGTH */
+  run (&t, c, 16, buf, 512);
+  ok (bad_field (2, 1), "PIO data-in without T_LENGTH: refused, byte 2");
+  ata16 (c, PIO_IN, 0x06, 0xec, 0, 1, 0, false);          /* T_DIR out */
+  run (&t, c, 16, buf, 512);
+  ok (bad_field (2, 3), "PIO data-in with T_DIR to the device: refused");
+  ata16 (c, NON_DATA, IN_BLOCKS, 0xea, 0, 0, 0, true);
+  run (&t, c, 16, buf, 512);
+  ok (bad_field (2, 1), "non-data with a T_LENGTH: refused");
+  ata16 (c, NON_DATA, 0, 0xec, 0, 0, 0, false);
+  run (&t, c, 16, NULL, 0);
+  ok (bad_field (1, 4), "IDENTIFY DEVICE as non-data: refused (protocol)");
+  ata16 (c, PIO_IN, IN_BLOCKS, 0xec, 0, 1, 0, false);
+  c[15] = 0x01;                                           /* control */
+  run (&t, c, 16, buf, 512);
+  ok (bad_field (15, 0), "a bit in CONTROL: refused");
+  uint8_t c12[12] = { 0xa1, PIO_IN << 1 | 1, IN_BLOCKS, 0, 1, 0, 0, 0, 0,
+                      0xec, 0, 0 };
+  run (&t, c12, 12, buf, 512);
+  ok (bad_field (1, 0), "ATA PASS-THROUGH(12) with bit 0 of byte 1 "
+      "(reserved): refused");
+  c12[1] = PIO_IN << 1;
+  c12[10] = 1;
+  run (&t, c12, 12, buf, 512);
+  ok (bad_field (10, 0), "ATA PASS-THROUGH(12) byte 10 (reserved): refused");
+  /* IDENTIFY cut to what the initiator asked: 1 block is 512 bytes. */
+  ata16 (c, PIO_IN, 0x0a, 0xec, 0, 100, 0, false);        /* bytes */
+  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD && last.data_in_len == 100,
+      "IDENTIFY with a byte count of 100: 100 bytes");
+  rig_close (&t);
+}
+
+static void
+test_scsi_default (void)
+{
+  /* Without interface=sata: no 89h, ATA PASS-THROUGH unknown (as
+   * scsi_debug). */
+  struct rig t;
+  char err[256];
+  s4k_config_init (&t.c);
+  ok (s4k_config_set (&t.c, "interface", "ide", err, sizeof err) == -1 &&
+      strcmp (err, "interface=ide: must be scsi or sata") == 0,
+      "interface=ide: refused in one line (%s)", err);
+  if (s4k_config_set (&t.c, "size", "1M", err, sizeof err) ||
+      s4k_config_set (&t.c, "interface", "scsi", err, sizeof err) ||
+      s4k_config_finish (&t.c, err, sizeof err) ||
+      s4k_dev_open (&t.d, &t.c, err, sizeof err))
+    bail ("%s", err);
+  s4k_scsi_params_from_config (&t.p, &t.c, s4k_dev_geometry (t.d),
+                               s4k_dev_max_request (t.d));
+  t.lun = s4k_scsi_lun_new (&t.p, err, sizeof err);
+  clear_ua (&t);
+  uint8_t c[16], buf[600];
+  ata16 (c, PIO_IN, IN_BLOCKS, 0xec, 0, 1, 0, false);
+  run (&t, c, 16, buf, 512);
+  ok (last.status == S4K_SCSI_CHECK_CONDITION && last.sense[2] == 5 &&
+      last.sense[12] == 0x20, "interface=scsi: ATA PASS-THROUGH(16) is "
+      "INVALID COMMAND OPERATION CODE");
+  uint8_t c12[12] = { 0xa1, PIO_IN << 1, IN_BLOCKS, 0, 1, 0, 0, 0, 0, 0xec };
+  run (&t, c12, 12, buf, 512);
+  ok (last.sense[12] == 0x20, "interface=scsi: ATA PASS-THROUGH(12) too");
+  uint8_t inq[6] = { 0x12, 0x01, 0x00, 0x02, 0x00, 0 };
+  run (&t, inq, 6, buf, sizeof buf);
+  ok (last.status == 0 && memchr (buf + 4, 0x89, buf[3]) == NULL &&
+      memcmp (t.p.vendor, "SECT4K", 6) == 0,
+      "interface=scsi: 00h lists no 89h, vendor SECT4K");
+  inq[2] = 0x89;
+  run (&t, inq, 6, buf, sizeof buf);
+  ok (last.sense[12] == 0x24, "interface=scsi: 89h is INVALID FIELD IN CDB");
+  rig_close (&t);
+
+  rig_open (&t, &geos[0], NULL);
+  clear_ua (&t);
+  inq[2] = 0;
+  run (&t, inq, 6, buf, sizeof buf);
+  ok (buf[3] == 7 && buf[4 + 3] == 0x89 && buf[4 + 4] == 0xb0,
+      "interface=sata: 00h lists 89h before B0h");
+  uint8_t std[6] = { 0x12, 0, 0, 0, 36, 0 };
+  run (&t, std, 6, buf, sizeof buf);
+  ok (memcmp (buf + 8, "ATA     ", 8) == 0,
+      "interface=sata: INQUIRY vendor 'ATA' (SAT-4)");
+  rig_close (&t);
+}
+
+int
+main (void)
+{
+  for (size_t i = 0; i < NGEOS; i++)
+    test_identify (&geos[i], NULL, "", false, 1);
+  const char *wc[] = { "write-cache=true", "timing=hdd7200", NULL };
+  test_identify (&geos[1], wc, " write-cache hdd7200", true, 7200);
+  test_commands ();
+  test_scsi_default ();
+  printf ("1..%u\n", tap_n);
+  return tap_failed != 0;
+}
