@@ -322,14 +322,18 @@ counted (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
   return r;
 }
 
-/* Zoned devices (zoned=): a trim frees conventional zones only (a
- * sequential zone keeps its blocks mapped, as SBC allows a device to:
- * RESET WRITE POINTER discards them), so it is clipped to them. */
+/* Host-managed devices: a trim frees conventional zones only (a
+ * sequential write required zone keeps its blocks mapped, as SBC allows
+ * a device to: RESET WRITE POINTER discards them), so it is clipped to
+ * them.  A host-aware drive, which Linux uses as a regular disk, trims
+ * anywhere (its write pointers are advisory). */
 static __attribute__ ((noinline)) void
 zone_clip_trim (const struct s4k_dev *d, struct request *q)
 {
   struct s4k_zones_info zi;
   s4k_zones_info (d->zones, &zi);
+  if (zi.model != S4K_ZONED_HOST_MANAGED)
+    return;
   const uint64_t conv_end = ((uint64_t) zi.conventional * zi.zone_lbas)
                             << d->lbits;
   if (q->off <= d->g.size && q->len <= d->g.size - q->off &&

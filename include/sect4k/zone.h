@@ -207,9 +207,9 @@ int s4k_zones_set_cond (struct s4k_zones *z, uint64_t zone_lba,
  * On a device with zoned=, s4k_write and s4k_zero (and their s4k_aio_
  * twins) pass s4k_zones_write before they take a sector lock and fail
  * with s4k_zone_errno when it refuses; s4k_read passes s4k_zones_read;
- * s4k_trim frees conventional zones only (a sequential zone keeps its
- * blocks mapped, as SBC allows: its data goes with RESET WRITE
- * POINTER). */
+ * on a host-managed device s4k_trim frees conventional zones only (a
+ * sequential zone keeps its blocks mapped, as SBC allows: its data goes
+ * with RESET WRITE POINTER). */
 
 /* The zones of device d, or NULL if it is not zoned. */
 struct s4k_zones *s4k_dev_zones (const struct s4k_dev *d);

@@ -231,6 +231,21 @@ test_writes (void)
       s4k_read (d, rd, 4096, 0) == 0 && all_bytes (rd, 4096, 0xcd),
       "RESET ALL: every sequential zone reads zeroes, conventional data "
       "stays");
+  free (rd);
+  s4k_dev_close (d);
+
+  /* Host-aware: any write, and a trim frees sequential zones too. */
+  d = open_dev ("size=64M model=512e zoned=host-aware zone-size=4M");
+  rd = malloc (4096);
+  ok (s4k_write (d, buf, 4096, B (Z (1) + 64), 0) == 0 &&
+      zone (d, Z (1)).wp == Z (1) + 72 && zone (d, Z (1)).non_seq &&
+      s4k_write (d, buf, 4096, B (Z (1)), 0) == 0 &&
+      zone (d, Z (1)).wp == Z (1) + 72,
+      "host-aware: writes off the pointer pass, the pointer moves up only, "
+      "NON_SEQ set");
+  ok (s4k_trim (d, 4096, B (Z (1)), 0) == 0 &&
+      s4k_read (d, rd, 4096, B (Z (1))) == 0 && all_bytes (rd, 4096, 0),
+      "host-aware: a trim frees a sequential zone's blocks");
   free (buf);
   free (rd);
   s4k_dev_close (d);
