@@ -147,6 +147,15 @@ suite_zoned () {
   if ! command -v blkzone >/dev/null; then
     ok "zoned # SKIP no blkzone in the guest"; return
   fi
+  # NBD has no zone commands: with --unix too, a zoned export is refused;
+  # SCSI has no field for NVMe's active limit.
+  out=$(timeout 30 sect4k-server size=${ZONED_MB}M $ZONED_KEYS --scsi --unix /tmp/zoned.sock 2>&1)
+  refused "zoned: --scsi --unix refused (NBD has no zone commands)" $? "$out" \
+    'zoned=host-managed: NBD has no zone commands .*serve a zoned drive with --scsi alone'
+  out=$(timeout 30 sect4k-server size=${ZONED_MB}M $ZONED_KEYS zone-max-active=4 --scsi 2>&1)
+  refused "zoned: zone-max-active refused under --scsi" $? "$out" \
+    'zone-max-active=4: SCSI has no field for it'
+  tidy "zoned refusals"
   zoned_case 512e model=512e sector_size=512 physblk_exp=3
   tidy "zoned 512e"
   zoned_case 4kn model=4kn sector_size=4096
