@@ -56,12 +56,45 @@ zoned_ops () {
   blkzone report "$dev" 2>&1
 }
 
+# zoned_sense DEV L: each zone error sent from userspace (sg_raw, past
+# the kernel's zone write plugging), one line each: the command and the
+# status and sense sg_raw decodes.  Run after zoned_ops: zone 3 is
+# explicitly open, zone 6 implicitly, zone 4 full, zone 5 empty.
+zoned_sense () {
+  local dev=$1 L=$2 zl pb
+  zl=$(( ZONE_MB * 1048576 / L )) pb=$(( 4096 / L ))
+  h8 () { printf '%016x' "$1" | sed 's/../& /g'; }
+  h4 () { printf '%08x' "$1" | sed 's/../& /g'; }
+  dd if=/dev/zero of=/tmp/zs.in bs=8192 count=1 2>/dev/null
+  sr () {  # sr NAME sg_raw-ARGS...: one line of what sg_raw says
+    local name=$1; shift
+    echo "$name: $(sg_raw "$@" 2>&1 | grep -e 'SCSI Status' -e 'Sense key' -e 'Additional sense' |
+      sed 's/^ *//' | tr '\n' ';')"
+  }
+  # shellcheck disable=SC2046
+  {
+  sr "write below zone 1's pointer" -s 4096 -i /tmp/zs.in "$dev" 8a 00 $(h8 $zl) $(h4 $pb) 00 00
+  sr "write to full zone 4" -s 4096 -i /tmp/zs.in "$dev" 8a 00 $(h8 $((4 * zl))) $(h4 $pb) 00 00
+  sr "write across zones 5 and 6" -s 8192 -i /tmp/zs.in "$dev" 8a 00 $(h8 $((6 * zl - pb))) $(h4 $((2 * pb))) 00 00
+  sr "read across the conventional boundary" -r 8192 -o /dev/null "$dev" 88 00 $(h8 $((zl - pb))) $(h4 $((2 * pb))) 00 00
+  sr "write at zone 8's pointer (an implicit close)" -s 4096 -i /tmp/zs.in "$dev" 8a 00 $(h8 $((8 * zl))) $(h4 $pb) 00 00
+  sr "OPEN ZONE 9" "$dev" 94 03 $(h8 $((9 * zl))) 00 00 00 00 00 00
+  sr "OPEN ZONE 10 (limit)" "$dev" 94 03 $(h8 $((10 * zl))) 00 00 00 00 00 00
+  sr "RESET WRITE POINTER off a zone start" "$dev" 94 04 $(h8 $((zl + 1))) 00 00 00 00 00 00
+  sr "RESET WRITE POINTER of the conventional zone" "$dev" 94 04 $(h8 0) 00 00 00 00 00 00
+  sr "CLOSE ZONE past the end" "$dev" 94 01 $(h8 $((16 * zl))) 00 00 00 00 00 00
+  sr "REPORT ZONES, reserved option 09h" -r 4096 -o /dev/null "$dev" 95 00 $(h8 0) $(h4 4096) 09 00
+  sr "FINISH ALL" "$dev" 94 02 $(h8 0) 00 00 00 00 01 00
+  }
+  blkzone report "$dev" 2>&1
+}
+
 # zoned_reference NAME SCSI_DEBUG_ARGS...: scsi_debug's sysfs and report
 # (zoned_ref_sysfs, zoned_ref_report).
 zoned_reference () {
   local pfx="zoned: scsi_debug zbc=host-managed $1 (reference)" dev
   shift
-  zoned_ref_sysfs= zoned_ref_report= zoned_ref_append=
+  zoned_ref_sysfs= zoned_ref_report= zoned_ref_append= zoned_ref_sense=
   if ! insmod /modules/scsi_debug.ko zbc=host-managed dev_size_mb=$ZONED_MB \
        zone_size_mb=$ZONE_MB zone_nr_conv=1 zone_max_open=2 "$@" 2>/tmp/insmod.err; then
     nok "$pfx: insmod scsi_debug"; diag "$(cat /tmp/insmod.err)"; return
@@ -76,6 +109,7 @@ zoned_reference () {
     *) nok "$pfx: a host-managed disk"; diag "  $zoned_ref_sysfs" ;;
   esac
   zoned_ref_report=$(zoned_ops "/dev/$dev")
+  zoned_ref_sense=$(zoned_sense "/dev/$dev" "$(cat /sys/block/$dev/queue/logical_block_size)")
   rmmod scsi_debug
 }
 
@@ -134,6 +168,16 @@ zoned_case () {
     ok "$pfx: every step of the sequence did what it should (a write below the pointer refused)"
   fi
   diag "$(printf '%s\n' "$out" | head -n 9)"
+  out=$(zoned_sense "$scsi_dev" "$(cat /sys/block/${scsi_dev#/dev/}/queue/logical_block_size)")
+  if [ -n "$zoned_ref_sense" ] && [ "$out" = "$zoned_ref_sense" ]; then
+    ok "$pfx: each zone error from sg_raw: the same status and sense as scsi_debug, then the same zones"
+  else
+    nok "$pfx: each zone error from sg_raw: the same status and sense as scsi_debug"
+    printf '%s\n' "$out" > /tmp/zoned-s4k.txt
+    printf '%s\n' "$zoned_ref_sense" > /tmp/zoned-ref.txt
+    diag "$(diff /tmp/zoned-ref.txt /tmp/zoned-s4k.txt | head -n 40)"
+  fi
+  diag "$(printf '%s\n' "$out" | head -n 12)"
   stop_pid "$scsi_pid" 60
   is "$pfx: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
   scsi_pid= scsi_dev=
