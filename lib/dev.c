@@ -85,7 +85,25 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     store->ops->close (store);
     return -EINVAL;
   }
-  d->fast_max = d->counting ? 0 : d->max_request;
+  d->lbits = __builtin_ctz (d->g.logical);
+  if (c->zone.model != S4K_ZONED_NONE) {
+    /* Checked again with the size the store gave (upstream=). */
+    struct s4k_zone_config zc = c->zone;
+    int r = s4k_zone_finish (&zc, &d->g, err, errlen);
+    if (r == 0 && (r = s4k_zones_new (&d->zones, &zc, &d->g)) < 0)
+      snprintf (err, errlen, "zoned=: %s", s4k_strerror (-r));
+    if (r) {
+      s4k_wlog_free (d->wlog);
+      s4k_timing_free (d->timing);
+      s4k_locks_free (d->locks);
+      free (d);
+      store->ops->close (store);
+      return -EINVAL;
+    }
+  }
+  /* Every request of a zoned device passes the zone checks: no fast
+   * path skips them. */
+  d->fast_max = d->counting || d->zones ? 0 : d->max_request;
   /* A log entry, or a layer that must know which writes are atomic,
    * needs the plan. */
   d->fast_write_max = d->wlog || d->write_atomic ? 0 : d->fast_max;
@@ -140,6 +158,7 @@ s4k_dev_close (struct s4k_dev *d)
   stats_free (&d->stats);
   s4k_timing_free (d->timing);
   s4k_wlog_free (d->wlog);
+  s4k_zones_free (d->zones);
   free (d);
 }
 
@@ -222,6 +241,12 @@ const struct s4k_atomic *
 s4k_dev_atomic (const struct s4k_dev *d)
 {
   return &d->atomic;
+}
+
+struct s4k_zones *
+s4k_dev_zones (const struct s4k_dev *d)
+{
+  return d->zones;
 }
 
 const struct s4k_geometry *

@@ -107,8 +107,10 @@ aio_begin (struct s4k_aio *a, enum s4k_op op, void *buf, uint64_t len,
     r = -ENOMEM;
   }
   a->q.cut = a->cut;
-  if (r)
+  if (r) {
+    zone_undo (d, &a->q, r);
     return counted (d, op, len, off, r == 1 ? 0 : r, a->q.t);
+  }
   return run (d, &a->q, &a->sq, &a->waiter, ST_START, 0);
 }
 

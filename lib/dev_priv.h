@@ -21,6 +21,7 @@
 
 #include "sect4k/sect4k.h"
 #include "sect4k/wlog.h"
+#include "sect4k/zone.h"
 #include "store.h"
 #include "lock.h"
 #include "stats.h"
@@ -59,6 +60,12 @@ struct s4k_dev {
   bool write_atomic;            /* atomic writes go to the store's
                                    write_atomic (the fault layer's) */
   _Atomic uint64_t *losses;     /* the store's (under any layer) */
+  struct s4k_zones *zones;      /* zoned=: the zones, or NULL */
+  unsigned lbits;               /* log2 logical */
 };
+
+/* A request the device makes itself on a zoned device (the data a zone
+ * reset discards): not checked against the zones. */
+#define S4K_ZONE_RAW 0x80000000u
 
 #endif

@@ -60,6 +60,8 @@ struct s4k_scsi_lun {
   unsigned lshift;              /* log2 (L) */
   unsigned cuts;                /* power-cut count last seen */
   uint16_t ua;                  /* pending UNIT ATTENTION (asc/ascq), or 0 */
+  uint8_t zoned;                /* enum s4k_zoned (p.zones) */
+  uint32_t max_open;            /* the zones' open limit (0: none) */
 };
 
 /* The atomic write limits in logical blocks, as the Block Limits page
@@ -174,6 +176,16 @@ unsigned scsi_ata_done (struct s4k_scsi_cmd *cmd);
 /* Where LBA 0 lies in its physical sector, in logical sectors (IDENTIFY
  * word 209). */
 uint32_t scsi_ata_lba0_offset (const struct s4k_geometry *g);
+/* scsi_zbc.c: the zoned block commands and what they add elsewhere. */
+handler scsi_cmd_report_zones, scsi_cmd_zone_out;
+/* INQUIRY's peripheral device type: 14h for host-managed, else 00h. */
+uint8_t scsi_zbc_device_type (const struct s4k_scsi_lun *lun);
+/* VPD page B6h into b (its length, 0 if the LUN is not zoned); for page
+ * B1h, sets the ZONED field in b and returns 0. */
+size_t scsi_zbc_vpd (const struct s4k_scsi_lun *lun, uint8_t page,
+                     uint8_t *b);
+/* The command fails with the sense of zone error zerr. */
+unsigned scsi_zbc_fail (struct s4k_scsi_cmd *cmd, int zerr);
 /* VERIFY with BYTCHK, once its reads ran: the medium against the
  * data-out. */
 unsigned scsi_verify_compare (struct s4k_scsi_lun *lun,

@@ -79,6 +79,9 @@ run_op (struct tcmu_ring *ring, const struct s4k_scsi_op *op, uint64_t *due)
     [S4K_SCSI_OP_FLUSH] = S4K_OP_FLUSH,
   };
   int r;
+  if (op->kind == S4K_SCSI_OP_ZONE)   /* ZBC OUT: zone state only, or a
+                                       reset's data discarded */
+    return s4k_scsi_zone_op (dev, op);
   if (op->kind > S4K_SCSI_OP_FLUSH)
     return -EINVAL;
   const uint64_t tag = s4k_client_begin (dev, &ring->client, kinds[op->kind],

@@ -96,7 +96,7 @@ run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
   last_kinds |= 1u << op->kind;
   last_flags |= op->flags;
   const uint64_t size = s4k_dev_geometry (d)->size;
-  if (op->kind != S4K_SCSI_OP_FLUSH &&
+  if (op->kind != S4K_SCSI_OP_FLUSH && op->kind != S4K_SCSI_OP_ZONE &&
       (op->len == 0 || op->off > size || op->len > size - op->off))
     ops_in_bounds = false;
   switch (op->kind) {
@@ -106,6 +106,7 @@ run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
   case S4K_SCSI_OP_ZERO: return s4k_zero (d, op->len, op->off, op->flags);
   case S4K_SCSI_OP_TRIM: return s4k_trim (d, op->len, op->off, op->flags);
   case S4K_SCSI_OP_FLUSH: return s4k_flush (d);
+  case S4K_SCSI_OP_ZONE: return s4k_scsi_zone_op (d, op);
   }
   return -EINVAL;
 }

@@ -7,6 +7,7 @@
 #   scsi, scsi_bench   guest/scsi.sh
 #   sata    sect4k-server --scsi interface=sata: hdparm, smartctl   guest/sata.sh
 #   atomic  untorn writes on a SCSI disk (Linux 6.11 on): guest/atomic.sh
+#   zoned   a host-managed sect4k SCSI disk against scsi_debug: guest/zoned.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
 #   captive sect4k-server --scsi --run, sect4k-attach --run   guest/captive.sh
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
@@ -535,5 +536,7 @@ dmlog_case () {
 . /atomic.sh
 # The SATA identity (issue 34).
 . /sata.sh
+# Zoned drives against scsi_debug (issue 33).
+. /zoned.sh
 for suite in "$@"; do "suite_$suite"; tidy "$suite suite"; done
 echo "S4K: TESTS $n"
