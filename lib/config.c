@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* key=value parameters shared by the nbdkit plugin and the server. */
 #define _GNU_SOURCE             /* strerrordesc_np */
 #include <ctype.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The device: geometry, read-modify-write and per-sector locking over a
  * store that only ever sees whole physical sectors.  This file: opening
  * it over its store stack and closing it, what it says about itself, what

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The device's asynchronous driver (s4k_aio_..., sect4k-server): the
  * plan submitted to the loop's ring, resumed at the stage that waited. */
 #include <errno.h>

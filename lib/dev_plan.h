@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The plan every request runs, shared by the synchronous driver
  * (dev_sync.c) and the asynchronous one (dev_aio.c): checks, the span of
  * sectors, the stages and run(), the write log's entry of a request.  In

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The device's private parts, shared by its files:
  *   dev.c        the device: opening it over its store stack (the fault
  *                layer, the write log, timing, statistics) and closing

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The device's synchronous driver (s4k_read..., the plugin): the plan
  * run to its end with the store's synchronous calls, the fast paths of
  * whole sectors that need no plan, extents. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault layer (issue 11): a store over the real one, so it sees what
  * a drive's medium sees, whole physical sectors.
  *

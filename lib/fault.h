@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault layer: a store over the device's store that keeps a volatile
  * write cache, bad physical sectors and power cuts (issue 11).  Only in
  * place when a fault key is given, so without them the data path is as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The SCSI command layer (include/sect4k/scsi.h): SPC-5 and SBC-4 as far
  * as a Linux initiator (sd.c, sg3-utils) needs them, over the engine's
  * geometry.  Pure: every command either completes here or becomes a list

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The SCSI command layer's private parts, shared by its files:
  *   scsi.c        the LUN, the command table and REPORT SUPPORTED
  *                 OPERATION CODES, s4k_scsi_exec / s4k_scsi_done;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The SCSI command layer's sense data (SPC-5 4.4): the fixed-format sense
  * a failing command returns, the sense for an engine error, and reading
  * and naming sense for the front ends. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The SCSI command layer's primary commands (SPC-5) that complete here:
  * INQUIRY and its VPD pages, REQUEST SENSE, TEST UNIT READY, MODE SENSE
  * and MODE SELECT.  REPORT SUPPORTED OPERATION CODES is in scsi.c, with

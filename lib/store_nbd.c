@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Upstream store: the sectors of another NBD server's export
  * (upstream=URI), through libnbd.
  *

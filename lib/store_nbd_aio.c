@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The upstream store's asynchronous path: requests an event loop
  * (sect4k-server) submits.  Each loop has its own upstream connection,
  * used only on the loop's thread, so nothing on the way takes a lock:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The upstream store's private parts, shared by its two files:
  *   store_nbd.c       connecting and checking the export, the pool of
  *                     connections the synchronous calls use (the

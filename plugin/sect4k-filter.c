@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-sect4k-filter: the sect4k geometry over any nbdkit plugin.
  *
  *   nbdkit --filter=./sect4k-filter.so memory 10G physical=4096

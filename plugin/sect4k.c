@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-sect4k-plugin: glue between nbdkit and the sect4k engine.
  * Config keys go to s4k_config_set, callbacks to the s4k_* data path. */
 #define NBDKIT_API_VERSION 2

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server --scsi: the kernel's objects, through configfs.
  *
  * For each export a TCMU backstore core/user_PID/sect4k-PID-I (served by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Event loops: a few threads, each with its own io_uring, each serving
  * many connections.  Accept, receive and send are ring operations, and so
  * is the file store's I/O (the engine queues it on the same ring); the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server: the sect4k engine served over NBD without nbdkit.
  *   sect4k-server size=10G physical=4096 --unix /tmp/s
  * Parameters are the plugin's (s4k_config_*); options configure serving. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* One LUN's TCMU command ring (linux/target_core_user.h).
  *
  * The kernel maps a mailbox, a command ring and a data area through

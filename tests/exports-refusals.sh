@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The named-export refusals both front ends share (issue 13): each bad
 # combination is one line naming the export, the key and the rule.
 # Sourced by tests/plugin/params.t and tests/server/params.t, which define

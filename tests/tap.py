@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Minimal TAP for the Python tests, and an nbdkit running the plugin."""
 import os
 import shlex

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k's SCSI command layer (issue 22): one LUN's SCSI device, pure.
  *
  * CDB bytes and data-out bytes in; status, fixed-format sense and data-in

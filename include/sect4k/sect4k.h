@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k engine: block devices with any sector geometry.
  *
  * Plain C, no nbdkit types.  The plugin (plugin/) and the standalone server

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash's private header: the types and functions its files share
  * (the program: crash.c's comment in main.c; the model and the options:
  * sect4k-crash.pod).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: every state, or seeded samples, of each crash point
  * (the files: crash.h). */
 #include "crash.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: the geometry and the log: its writes and crash points
  * (the files: crash.h). */
 #include "crash.h"

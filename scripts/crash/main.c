@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: the crash states of a write log, each served over NBD to a
  * checker (issue 23; the model and the options: scripts/crash/
  * sect4k-crash.pod).

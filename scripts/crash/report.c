@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: the JSON report and the summary
  * (the files: crash.h). */
 #include "crash.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: state IDs (CP-KEPT-OUTCOMES, e.g. 3-5-k.g2*2.r, or
  * 1-3-r@1.k: a base past old after r or tMASK)
  * (the files: crash.h). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: a state: the kept writes, each sector's outcome, the images
  * (the files: crash.h). */
 #include "crash.h"

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """sect4k-crash on bad input: a truncated or corrupt log, a log of another
 geometry: one clear line, exit 2.  A checker that hangs (--timeout) or
 crashes: the report says which states were not checked and why.  A state

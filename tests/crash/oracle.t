@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """A brute-force oracle for sect4k-crash on small logs: every state the
 device could reach per the fault layer's model (README "Faults",
 lib/fault.c: per physical sector kept, reverted or the torn= outcome of

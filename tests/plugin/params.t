@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Every bad parameter stops nbdkit with exit 1 and one line naming the key,
 # the value and the rule; --help, --dump-plugin and the magic key work.
 . "$(dirname "$0")/../lib.sh"

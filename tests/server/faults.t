@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Faults through both front ends (nbdkit plugin and sect4k-server), with
 libnbd: bad sectors (reads, partial and whole writes, zero, trim), the
 control socket (every command, bad commands, its mode) and a power cut

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # sect4k-server takes exactly the plugin's keys: every bad parameter or
 # option stops it with exit 1 and one line naming it; --help lists the
 # keys; the magic size works; the defaults match the plugin's; --nbd-stats

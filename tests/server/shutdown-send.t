@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """SIGTERM with a client mid-send: a libnbd client keeps pipelining 512
 KiB writes (each to its own region, with its own pattern) through the
 signal.  The server answers what arrives after it with ESHUTDOWN, sends

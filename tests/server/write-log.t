@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """write-log= through both front ends (nbdkit plugin, sect4k-server on the
 memory and the file store): a libnbd workload (writes, FUA, zero, trim,
 flush, an unaligned write, a mark through sect4k-ctl) gives the expected

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Atomic (untorn) writes, issue 27: the keys and their one-line
  * refusals, which writes fit the limits, writes marked atomic that
  * break a limit refused with EINVAL, nothing written; and power cuts

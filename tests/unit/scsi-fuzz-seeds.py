@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the seed inputs of the SCSI fuzz corpus (tests/unit/scsi-corpus/
 seed-*): every command the layer knows, well-formed and on every geometry,
 in the input format of tests/unit/scsi-fuzz.c."""

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # upstream-timeout= (issue 29 item 3, issue 32 item 4),
 # upstream-timeout=2 on both front ends:
 # - an upstream that accepts and never answers (a Python listener on a

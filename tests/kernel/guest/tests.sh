@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # The kernel tests, run by /init inside the test guest (busybox sh, with GNU
 # dd, util-linux and e2fsprogs in /opt/bin).  Arguments: the suites to run.
 #   nbd     the Linux nbd driver attached by sect4k-attach, one case at a time
