@@ -46,6 +46,19 @@ def need_nbd():
     return nbd
 
 
+def errno_name(fn):
+    """Runs fn, a libnbd call: 0, or the errno of the nbd.Error it raises
+    as a name ("EIO"), whichever form this libnbd gives it in."""
+    import errno
+    import nbd
+    try:
+        fn()
+        return 0
+    except nbd.Error as e:
+        return errno.errorcode.get(e.errno, e.errno) \
+            if isinstance(e.errno, int) else e.errno
+
+
 def done_testing():
     print("1..%d" % _n)
     sys.exit(1 if _failed else 0)

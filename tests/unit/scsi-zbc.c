@@ -13,6 +13,7 @@
 #include "sect4k/scsi.h"
 #include "sect4k/zone.h"
 #include "tap.h"
+#include "devrig.h"
 
 struct rig {
   struct s4k_config c;
@@ -25,22 +26,8 @@ struct rig {
 static void
 rig_open (struct rig *t, const char *keys, bool readonly)
 {
-  char err[256], kv[256];
-  static char store[64][128];
-  static unsigned ns;
-  s4k_config_init (&t->c);
-  for (const char *p = keys; *p; ) {
-    size_t n = strcspn (p, " ");
-    snprintf (kv, sizeof kv, "%.*s", (int) n, p);
-    p += n + (p[n] == ' ');
-    char *eq = strchr (kv, '=');
-    *eq = '\0';
-    char *v = store[ns++ % 64];
-    snprintf (v, 128, "%s", eq + 1);
-    if (s4k_config_set (&t->c, kv, v, err, sizeof err))
-      bail ("%s", err);
-  }
-  if (s4k_config_finish (&t->c, err, sizeof err) ||
+  char err[256];
+  if (configure (&t->c, keys, err, sizeof err) ||
       s4k_dev_open (&t->d, &t->c, err, sizeof err))
     bail ("%s: %s", keys, err);
   const struct s4k_geometry *g = s4k_dev_geometry (t->d);

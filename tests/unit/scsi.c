@@ -9,6 +9,7 @@
 
 #include "sect4k/scsi.h"
 #include "tap.h"
+#include "devrig.h"
 
 struct model {
   const char *name;
@@ -42,9 +43,7 @@ struct rig {
 static void
 rig_open (struct rig *t, const struct model *m, const char *const *extra)
 {
-  char err[256], kv[256];
-  static char store[64][128];
-  static unsigned ns;
+  char err[256];
   const char *keys[16] = { "size=4M" };
   unsigned n = 1;
   s4k_config_init (&t->c);
@@ -52,15 +51,9 @@ rig_open (struct rig *t, const struct model *m, const char *const *extra)
     keys[n++] = m->keys[i];
   for (unsigned i = 0; extra && extra[i]; i++)
     keys[n++] = extra[i];
-  for (unsigned i = 0; i < n; i++) {
-    snprintf (kv, sizeof kv, "%s", keys[i]);
-    char *eq = strchr (kv, '=');
-    *eq = '\0';
-    char *v = store[ns++ % 64];
-    snprintf (v, 128, "%s", eq + 1);
-    if (s4k_config_set (&t->c, kv, v, err, sizeof err))
+  for (unsigned i = 0; i < n; i++)
+    if (rig_set (&t->c, keys[i], err, sizeof err))
       bail ("%s", err);
-  }
   if (s4k_config_finish (&t->c, err, sizeof err))
     bail ("%s", err);
   if (rig_atomic.max)

@@ -16,40 +16,7 @@
 #include "sect4k/sect4k.h"
 #include "sect4k/zone.h"
 #include "tap.h"
-
-/* As tests/unit/atomic.c: "key=value ..." applied and finished. */
-static int
-configure (struct s4k_config *c, const char *keys, char *err, size_t errlen)
-{
-  static char store[64][256];
-  static unsigned ns;
-  char kv[256];
-  s4k_config_init (c);
-  for (const char *p = keys; *p; ) {
-    size_t n = strcspn (p, " ");
-    snprintf (kv, sizeof kv, "%.*s", (int) n, p);
-    p += n + (p[n] == ' ');
-    char *eq = strchr (kv, '=');
-    *eq = '\0';
-    char *v = store[ns++ % 64];
-    snprintf (v, 256, "%s", eq + 1);
-    if (s4k_config_set (c, kv, v, err, errlen))
-      return -1;
-  }
-  return s4k_config_finish (c, err, errlen);
-}
-
-static struct s4k_dev *
-open_dev (const char *keys)
-{
-  struct s4k_config c;
-  struct s4k_dev *d;
-  char err[256];
-  if (configure (&c, keys, err, sizeof err) ||
-      s4k_dev_open (&d, &c, err, sizeof err))
-    bail ("%s: %s", keys, err);
-  return d;
-}
+#include "devrig.h"
 
 /* The zone holding lba, as REPORT ZONES gives it. */
 static struct s4k_zone_desc
