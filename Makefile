@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # sect4k: block devices with any sector geometry.
 #   make            build ./sect4k.so (the nbdkit plugin) and its man page
 #   make check      install missing Debian packages, build, run every test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Untorn (atomic) writes (issue 27): the keys, their limits, and which
  * writes fit them.  How the device keeps a fitting write whole is in
  * dev_plan.h (locks), the memory store (reads) and the fault layer (cuts);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* key=value parameters shared by the nbdkit plugin and the server. */
 #define _GNU_SOURCE             /* strerrordesc_np */
 #include <ctype.h>
@@ -65,6 +66,7 @@ const char s4k_config_help[] =
   "                      data, in dm-log-writes' format (docs/write-log.md).\n"
   S4K_FAULT_HELP
   S4K_ATOMIC_HELP
+  S4K_ZONE_HELP
   "timing=hdd7200|ssd|none  Model a drive's service time: presets for the\n"
   "                      keys below (default none: no delay).\n"
   "latency-read=DURATION Base time per read, e.g. 500us, 4ms (default 0).\n"
@@ -324,6 +326,9 @@ s4k_config_set (struct s4k_config *c, const char *key, const char *value,
     r = s4k_atomic_set (&c->atomic, key, value, err, errlen);
     if (r != 1)
       return r;
+    r = s4k_zone_set (&c->zone, key, value, err, errlen);
+    if (r != 1)
+      return r;
     snprintf (err, errlen, "%s=%s: unknown parameter (see --help)",
               key, value);
     return -1;
@@ -418,6 +423,33 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
     return -1;
   if (s4k_atomic_finish (&c->atomic, g, c->max_request, err, errlen) == -1)
     return -1;
+  /* Without size= (upstream=) the zones are checked once the store gave
+   * the size: s4k_dev_open. */
+  if ((c->have_size || c->zone.model == S4K_ZONED_NONE) &&
+      s4k_zone_finish (&c->zone, g, err, errlen) == -1)
+    return -1;
+  if (c->zone.model != S4K_ZONED_NONE) {
+    /* Not yet (docs/zoned.md): zone conditions and write pointers live
+     * in memory only, and a power cut does not move write pointers
+     * back, so a file or a write cache would keep data the zones no
+     * longer describe. */
+    if (c->file) {
+      snprintf (err, errlen, "zoned= and file=%s: zone state is not kept "
+                "in the file yet (it would be lost at restart); use the "
+                "memory store", c->file);
+      return -1;
+    }
+    if (!c->strict) {
+      snprintf (err, errlen, "zoned= and strict=false: a zoned drive takes "
+                "whole logical blocks only");
+      return -1;
+    }
+    if (c->fault.write_cache) {
+      snprintf (err, errlen, "zoned= and write-cache=true: a power cut "
+                "does not move write pointers back yet");
+      return -1;
+    }
+  }
   return s4k_timing_finish (&c->timing, err, errlen);
 }
 

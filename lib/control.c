@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The control socket (control=PATH): a Unix socket, mode 0600, served by
  * one thread, every client at once (see control_thread).  The protocol
  * is lines of printable text: a command, then the answer's lines and a

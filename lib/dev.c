@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The device: geometry, read-modify-write and per-sector locking over a
  * store that only ever sees whole physical sectors.  This file: opening
  * it over its store stack and closing it, what it says about itself, what
@@ -58,12 +59,6 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->name = c->name;
   d->atomic = c->atomic;
   d->volatile_store = !c->file && !c->upstream;
-  if (c->file && dev_format_record_init (d, c->file, err, errlen) == -1) {
-    s4k_locks_free (d->locks);
-    free (d);
-    store->ops->close (store);
-    return -ENOMEM;
-  }
   if (s4k_timing_enabled (&c->timing) &&
       !(d->timing = s4k_timing_new (&c->timing, &d->g))) {
     snprintf (err, errlen, "out of memory");
@@ -92,7 +87,34 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     store->ops->close (store);
     return -EINVAL;
   }
-  d->fast_max = d->counting ? 0 : d->max_request;
+  d->lbits = __builtin_ctz (d->g.logical);
+  if (c->zone.model != S4K_ZONED_NONE) {
+    /* Checked again with the size the store gave (upstream=). */
+    struct s4k_zone_config zc = c->zone;
+    int r = s4k_zone_finish (&zc, &d->g, err, errlen);
+    if (r == 0 && (r = s4k_zones_new (&d->zones, &zc, &d->g)) < 0)
+      snprintf (err, errlen, "zoned=: %s", s4k_strerror (-r));
+    if (r) {
+      s4k_wlog_free (d->wlog);
+      s4k_timing_free (d->timing);
+      s4k_locks_free (d->locks);
+      free (d);
+      store->ops->close (store);
+      return -EINVAL;
+    }
+  }
+  if (c->file && dev_format_record_init (d, c->file, err, errlen) == -1) {
+    s4k_zones_free (d->zones);
+    s4k_wlog_free (d->wlog);
+    s4k_timing_free (d->timing);
+    s4k_locks_free (d->locks);
+    free (d);
+    store->ops->close (store);
+    return -ENOMEM;
+  }
+  /* Every request of a zoned device passes the zone checks: no fast
+   * path skips them. */
+  d->fast_max = d->counting || d->zones ? 0 : d->max_request;
   /* A log entry, or a layer that must know which writes are atomic,
    * needs the plan. */
   d->fast_write_max = d->wlog || d->write_atomic ? 0 : d->fast_max;
@@ -151,6 +173,7 @@ s4k_dev_close (struct s4k_dev *d)
   s4k_timing_free (d->timing);
   s4k_wlog_free (d->wlog);
   free (d->geom_record);
+  s4k_zones_free (d->zones);
   free (d);
 }
 
@@ -233,6 +256,12 @@ const struct s4k_atomic *
 s4k_dev_atomic (const struct s4k_dev *d)
 {
   return &d->atomic;
+}
+
+struct s4k_zones *
+s4k_dev_zones (const struct s4k_dev *d)
+{
+  return d->zones;
 }
 
 const struct s4k_geometry *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The device's asynchronous driver (s4k_aio_..., sect4k-server): the
  * plan submitted to the loop's ring, resumed at the stage that waited. */
 #include <errno.h>
@@ -107,8 +108,10 @@ aio_begin (struct s4k_aio *a, enum s4k_op op, void *buf, uint64_t len,
     r = -ENOMEM;
   }
   a->q.cut = a->cut;
-  if (r)
+  if (r) {
+    zone_undo (d, &a->q, r);
     return counted (d, op, len, off, r == 1 ? 0 : r, a->q.t);
+  }
   return run (d, &a->q, &a->sq, &a->waiter, ST_START, 0);
 }
 

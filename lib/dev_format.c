@@ -141,6 +141,11 @@ s4k_dev_logical_ok (const struct s4k_dev *d, uint32_t logical, char *err,
               "size cannot change");
     return -ENOTSUP;
   }
+  if (d->zones) {
+    snprintf (err, errlen, "zoned=: the zones are laid out in logical "
+              "blocks of the keys' size: the sector size cannot change");
+    return -ENOTSUP;
+  }
   if (!d->volatile_store && !d->geom_record) {
     snprintf (err, errlen, "upstream= and a file= that is not a regular "
               "file keep the data, not the geometry: the sector size "
@@ -168,6 +173,7 @@ s4k_dev_set_logical (struct s4k_dev *d, uint32_t logical)
   /* Physical size and alignment stay: sector indexes, locks, the
    * store's layout and the fault layer's bad sectors are unchanged. */
   __atomic_store_n (&d->g.logical, logical, __ATOMIC_RELEASE);
+  d->lbits = __builtin_ctz (logical);
   if (d->fault)
     fault_set_logical (d->fault, logical);
   return 0;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The plan every request runs, shared by the synchronous driver
  * (dev_sync.c) and the asynchronous one (dev_aio.c): checks, the span of
  * sectors, the stages and run(), the write log's entry of a request.  In
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "dev_priv.h"
+#include "fault.h"
 
 /* 0, or the errno a request outside the device or refused by strict mode
  * gets: past the end, ENOSPC for writes and zeroes, EINVAL for the rest
@@ -149,6 +151,9 @@ struct request {
   bool partial;                 /* a write that cuts sectors, sent as it
                                    is: the store merges it */
   bool exact;                   /* a read of just its bytes, no lock */
+  bool zoned;                   /* a write or zero the zones accepted:
+                                   its write pointer moves back if it
+                                   fails */
   char *cut;                    /* 2P: the head sector, then the tail */
   struct span s;
   struct tally t;
@@ -319,6 +324,55 @@ counted (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
   return r;
 }
 
+/* Host-managed devices: a trim frees conventional zones only (a
+ * sequential write required zone keeps its blocks mapped, as SBC allows
+ * a device to: RESET WRITE POINTER discards them), so it is clipped to
+ * them.  A host-aware drive, which Linux uses as a regular disk, trims
+ * anywhere (its write pointers are advisory). */
+static __attribute__ ((noinline)) void
+zone_clip_trim (const struct s4k_dev *d, struct request *q)
+{
+  struct s4k_zones_info zi;
+  s4k_zones_info (d->zones, &zi);
+  if (zi.model != S4K_ZONED_HOST_MANAGED)
+    return;
+  const uint64_t conv_end = ((uint64_t) zi.conventional * zi.zone_lbas)
+                            << d->lbits;
+  if (q->off <= d->g.size && q->len <= d->g.size - q->off &&
+      q->off + q->len > conv_end)
+    q->len = q->off >= conv_end ? 0 : conv_end - q->off;
+}
+
+/* The zone checks of a planned request (include/sect4k/zone.h): a
+ * write or zero must pass them and moves the write pointer, under the
+ * zone lock and before any sector lock; a read must not touch an
+ * offline zone nor cross zone types.  0 or a zone error (s4k_zone_errno). */
+static __attribute__ ((noinline)) int
+zone_admit (struct s4k_dev *d, struct request *q)
+{
+  if (q->flags & S4K_ZONE_RAW)
+    return 0;
+  const uint64_t lba = q->off >> d->lbits, n = q->len >> d->lbits;
+  int r = 0;
+  if (q->op == S4K_OP_READ)
+    r = s4k_zones_read (d->zones, lba, n);
+  else if (q->op == S4K_OP_WRITE || q->op == S4K_OP_ZERO) {
+    r = s4k_zones_write (d->zones, lba, n);
+    q->zoned = r == 0;
+  }
+  return r ? s4k_zone_errno (-r) : 0;
+}
+
+/* A write or zero the zones accepted failed with r: its write pointer
+ * back, if no later write moved it on. */
+S4K_INLINE void
+zone_undo (struct s4k_dev *d, struct request *q, int r)
+{
+  if (__builtin_expect (q->zoned, 0) && r < 0)
+    s4k_zones_rewind (d->zones, q->off >> d->lbits, q->len >> d->lbits);
+  q->zoned = false;
+}
+
 /* Fills in q and plans it: 0 to run its stages, 1 if there is nothing to
  * do, or the -errno it fails with. */
 S4K_INLINE int
@@ -331,13 +385,17 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
   q->len = len;
   q->off = off;
   q->flags = flags;
-  q->locked = q->head_zero = q->tail_zero = q->partial = false;
+  q->locked = q->head_zero = q->tail_zero = q->partial = q->zoned = false;
   q->exact = op == S4K_OP_READ && d->lockfree_reads;
   q->cut = NULL;
   q->t = (struct tally) { 0 };
   if (op == S4K_OP_FLUSH)
     return 0;
-  int r = plan (d, op, len, off, flags, &q->s, &q->t);
+  if (__builtin_expect (d->zones != NULL, 0) && op == S4K_OP_TRIM)
+    zone_clip_trim (d, q);
+  int r = plan (d, op, q->len, off, flags, &q->s, &q->t);
+  if (__builtin_expect (d->zones != NULL, 0) && r == 0)
+    r = zone_admit (d, q);
   q->partial = op == S4K_OP_WRITE && d->partial_writes && r == 0 &&
                cuts (q);
   return r;
@@ -440,6 +498,7 @@ finish (struct s4k_dev *d, struct request *q, int r)
       (q->op == S4K_OP_WRITE || q->op == S4K_OP_ZERO ||
        q->op == S4K_OP_TRIM))
     r = wlog_request (d, q);
+  zone_undo (d, q, r);
   if (q->locked) {
     s4k_unlock (d->locks, s->lock_first, s->lock_last, q->op == S4K_OP_READ);
     q->locked = false;
@@ -494,10 +553,17 @@ run (struct s4k_dev *d, struct request *q, struct s4k_store_req *sq,
 
   if (q->op == S4K_OP_FLUSH) {
     /* Logged as it starts: the entries before it are the requests
-     * completed before it, which it makes durable. */
-    if (__builtin_expect (d->wlog != NULL, 0) &&
-        (r = s4k_wlog_flush (d->wlog)))
-      goto done;
+     * completed before it, which it makes durable.  One from before a
+     * power cut is refused below: not logged, or the log would claim a
+     * durability the device did not give. */
+    if (__builtin_expect (d->wlog != NULL, 0)) {
+      if (d->fault && fault_stale (d->fault)) {
+        r = -EIO;
+        goto done;
+      }
+      if ((r = s4k_wlog_flush (d->wlog)))
+        goto done;
+    }
     q->stage = ST_FLUSH;
     sq->kind = S4K_REQ_FLUSH;
     sq->n = 0;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The device's private parts, shared by its files:
  *   dev.c        the device: opening it over its store stack (the fault
  *                layer, the write log, timing, statistics) and closing
@@ -21,6 +22,7 @@
 
 #include "sect4k/sect4k.h"
 #include "sect4k/wlog.h"
+#include "sect4k/zone.h"
 #include "store.h"
 #include "lock.h"
 #include "stats.h"
@@ -59,10 +61,16 @@ struct s4k_dev {
   bool write_atomic;            /* atomic writes go to the store's
                                    write_atomic (the fault layer's) */
   _Atomic uint64_t *losses;     /* the store's (under any layer) */
+  struct s4k_zones *zones;      /* zoned=: the zones, or NULL */
+  unsigned lbits;               /* log2 logical */
   bool volatile_store;          /* memory: no geometry outlives the device */
   char *geom_record;            /* file= a regular file: where FORMAT UNIT
                                    records the logical size (dev_format.c) */
 };
+
+/* A request the device makes itself on a zoned device (the data a zone
+ * reset discards): not checked against the zones. */
+#define S4K_ZONE_RAW 0x80000000u
 
 /* dev_format.c: the record of a logical size FORMAT UNIT set on a file=
  * store, FILE.sect4k-geometry.  init: d->geom_record for a regular file

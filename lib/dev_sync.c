@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The device's synchronous driver (s4k_read..., the plugin): the plan
  * run to its end with the store's synchronous calls, the fast paths of
  * whole sectors that need no plan, extents. */
@@ -55,8 +56,10 @@ sync_request (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
   if (r == 0 && needs_cut (&q) &&
       !(q.cut = bounce (2 * (size_t) d->g.physical)))
     r = -ENOMEM;
-  if (r)
+  if (r) {
+    zone_undo (d, &q, r);
     return counted (d, op, len, off, r == 1 ? 0 : r, q.t);
+  }
   return run (d, &q, &sq, NULL, ST_START, 0);
 }
 
@@ -112,6 +115,9 @@ planned_read_iov (struct s4k_dev *d, uint64_t len, uint64_t off,
   struct span s;
   struct tally t = { 0 };
   int r = plan (d, S4K_OP_READ, len, off, 0, &s, &t);
+  if (r == 0 && __builtin_expect (d->zones != NULL, 0) &&
+      (r = s4k_zones_read (d->zones, off >> d->lbits, len >> d->lbits)))
+    r = s4k_zone_errno (-r);
   if (r == 1)
     r = 0;                      /* nothing to read: no pieces */
   else if (r == 0 &&
@@ -146,7 +152,7 @@ int
 s4k_read_piece (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
 {
   struct s4k_io io = { buf, len, off };
-  if (!d->lockfree_reads)
+  if (!d->lockfree_reads || d->zones)
     return -ENOTSUP;
   return d->store->ops->read (d->store, &io, 1);
 }
@@ -213,4 +219,44 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
 {
   return counted (d, S4K_OP_EXTENTS, len, off,
                   extents_op (d, len, off, fn, opaque), (struct tally) { 0 });
+}
+
+/* ---- zones (zoned=) ----------------------------------------------------- */
+
+int
+s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
+                 bool all)
+{
+  if (!d->zones)
+    return -EINVAL;
+  if (op != S4K_ZOP_RESET) {
+    int r = s4k_zones_op (d->zones, op, zone_lba, all);
+    return r ? s4k_zone_errno (-r) : 0;
+  }
+  /* The zones written before the reset, whose data it discards: one,
+   * or every one a report lists (the model says which zones RESET ALL
+   * applies to; those it skips, read only and offline, are left). */
+  struct s4k_zones_info zi;
+  s4k_zones_info (d->zones, &zi);
+  const uint32_t max = all ? zi.nr_zones : 1;
+  struct s4k_zone_desc one, *desc = all ? calloc (max, sizeof *desc) : &one;
+  if (!desc)
+    return -ENOMEM;
+  uint64_t listed;
+  int n = s4k_zones_report (d->zones, all ? 0 : zone_lba, 0, true, desc, max,
+                            &listed);
+  int r = n < 0 ? n : s4k_zones_op (d->zones, op, zone_lba, all);
+  if (r)
+    r = s4k_zone_errno (-r);
+  for (int i = 0; r == 0 && i < n; i++) {
+    const struct s4k_zone_desc *z = &desc[i];
+    if (z->type == S4K_ZT_CONVENTIONAL || z->wp == UINT64_MAX ||
+        z->wp <= z->start || (!all && z->start != zone_lba))
+      continue;
+    r = sync_request (d, S4K_OP_ZERO, NULL, (z->wp - z->start) << d->lbits,
+                      z->start << d->lbits, S4K_MAY_TRIM | S4K_ZONE_RAW);
+  }
+  if (all)
+    free (desc);
+  return r;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The export table: export=NAME sections and exports=PRESETS over the
  * one key parser (config.c).  Nothing here runs per request. */
 #include <ctype.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Extents rounded to whole physical sectors (see sect4k/extents.h). */
 #include "sect4k/extents.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault layer (issue 11): a store over the real one, so it sees what
  * a drive's medium sees, whole physical sectors.
  *
@@ -56,6 +57,12 @@ static bool
 stale (struct s4k_fault *f)
 {
   return tl_epoch && tl_epoch != atomic_load (&f->cuts) + 1;
+}
+
+bool
+fault_stale (struct s4k_fault *f)
+{
+  return stale (f);
 }
 
 /* ---- store operations -------------------------------------------------- */

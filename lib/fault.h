@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault layer: a store over the device's store that keeps a volatile
  * write cache, bad physical sectors and power cuts (issue 11).  Only in
  * place when a fault key is given, so without them the data path is as
@@ -24,6 +25,9 @@ void fault_stop (struct s4k_fault *f);
 void fault_set_logical (struct s4k_fault *f, uint32_t logical);
 /* The device's layer, or NULL (dev.c). */
 struct s4k_fault *dev_fault (const struct s4k_dev *d);
+/* True if the calling thread's request comes from a connection opened
+ * before the latest power cut (s4k_fault_epoch): the layer refuses it. */
+bool fault_stale (struct s4k_fault *f);
 
 /* The control socket (lib/control.c). */
 struct control;

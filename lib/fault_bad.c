@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault layer's bad sectors: the set of bad physical sectors (sorted,
  * disjoint, non-adjacent runs), what writes repair, and the run-time
  * calls that add, remove and list them (control socket, tests). */

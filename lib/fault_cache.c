@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault layer's write cache: a table of dirty physical sectors (a hash
  * by sector, and a list oldest first) over the durable contents (the
  * inner store): staging writes, reading through it, destaging and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault keys (issue 11): parsed here so config.c only hands them on. */
 #include <errno.h>
 #include <inttypes.h>

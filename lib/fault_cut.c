@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault layer's power cut: every dirty sector's outcome from the
  * seeded PRNG (kept, reverted, or the torn= policy's interrupted write),
  * the cut report, and the run-time calls that cut and count cuts. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault layer's private parts, shared by its files:
  *   fault.c        the layer as a store: its operations, the connection
  *                  epoch, setting it up, its status;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The geometry contract: which byte ranges form physical sectors. */
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Per-physical-sector range locks.
  *
  * Locking sectors [first, last] never blocks a request on other sectors:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What every io_uring user of the engine repeats (the server's loops, the
  * file store's per-thread rings, the fuzzer, the aio tests): setting up a
  * ring for one thread, getting an SQE or stopping, handing completions to

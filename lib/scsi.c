@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The SCSI command layer (include/sect4k/scsi.h): SPC-5 and SBC-4 as far
  * as a Linux initiator (sd.c, sg3-utils) needs them, over the engine's
  * geometry.  Pure: every command either completes here or becomes a list
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "scsi_priv.h"
+#include "sect4k/zone.h"
 
 /* ---- the LUN ------------------------------------------------------------ */
 
@@ -155,6 +157,18 @@ scsi_lun_check (const struct s4k_scsi_params *p, char *err, size_t errlen)
               g->logical, p->max_request);
     return -1;
   }
+  if (p->zones) {
+    struct s4k_zones_info zi = { 0 };
+    s4k_zones_info (p->zones, &zi);
+    /* ZBC-2 reports the open limit only (B6h); Linux's max_active_zones
+     * is 0 for SCSI: a host would meet a limit it was never told of. */
+    if (zi.max_active) {
+      snprintf (err, errlen, "zone-max-active=%" PRIu32 ": SCSI has no "
+                "field for it (ZBC-2 states the open limit only): use "
+                "zone-max-open=", zi.max_active);
+      return -1;
+    }
+  }
   return 0;
 }
 
@@ -164,11 +178,16 @@ s4k_scsi_lun_new (const struct s4k_scsi_params *p, char *err, size_t errlen)
   if (scsi_lun_check (p, err, errlen) == -1)
     return NULL;
   const struct s4k_geometry *g = &p->geom;
+  struct s4k_zones_info zi = { 0 };
+  if (p->zones)
+    s4k_zones_info (p->zones, &zi);
   struct s4k_scsi_lun *lun = calloc (1, sizeof *lun);
   if (!lun) {
     snprintf (err, errlen, "out of memory");
     return NULL;
   }
+  lun->zoned = (uint8_t) zi.model;
+  lun->max_open = zi.max_open;
   lun->p = *p;
   lun->lshift = __builtin_ctz (g->logical);
   lun->blocks = g->size >> lun->lshift;
@@ -305,6 +324,22 @@ static const struct command commands[] = {
   { 0x9c, -1, 16, false, "WRITE ATOMIC(16)", scsi_cmd_write_atomic16,
     { 0xff, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
       0xff, 0xff, 0xff, 0xff, 0x3f, 0 } },
+  /* ZBC-2, listed and run only on a zoned LUN (p.zones): scsi_zbc.c. */
+  { 0x94, 0x01, 16, false, "CLOSE ZONE", scsi_cmd_zone_out,
+    { 0xff, 0x1f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+      0, 0, 0, 0, 0x01, 0 } },
+  { 0x94, 0x02, 16, false, "FINISH ZONE", scsi_cmd_zone_out,
+    { 0xff, 0x1f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+      0, 0, 0, 0, 0x01, 0 } },
+  { 0x94, 0x03, 16, false, "OPEN ZONE", scsi_cmd_zone_out,
+    { 0xff, 0x1f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+      0, 0, 0, 0, 0x01, 0 } },
+  { 0x94, 0x04, 16, false, "RESET WRITE POINTER", scsi_cmd_zone_out,
+    { 0xff, 0x1f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+      0, 0, 0, 0, 0x01, 0 } },
+  { 0x95, 0x00, 16, false, "REPORT ZONES", scsi_cmd_report_zones,
+    { 0xff, 0x1f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+      0xff, 0xff, 0xff, 0xff, 0xbf, 0 } },
   { 0x9e, 0x10, 16, false, "READ CAPACITY(16)", scsi_cmd_read_capacity16,
     { 0xff, 0x1f, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0 } },
   { 0xa8, -1, 12, false, "READ(12)", scsi_cmd_rw12,
@@ -321,16 +356,20 @@ static const struct command commands[] = {
 static bool
 has_service_actions (uint8_t opcode)
 {
-  return opcode == 0x9e || opcode == 0xa3;
+  return opcode == 0x94 || opcode == 0x95 || opcode == 0x9e ||
+         opcode == 0xa3;
 }
 
 /* Whether the LUN has command cm: WRITE ATOMIC(16) only with atomic
- * writes, ATA PASS-THROUGH only with the SATA identity. */
+ * writes, ATA PASS-THROUGH only with the SATA identity, ZBC IN and OUT
+ * only when zoned. */
 static bool
 lun_has (const struct s4k_scsi_lun *lun, const struct command *cm)
 {
   if (cm->opcode == 0x85 || cm->opcode == 0xa1)
     return lun->p.sata;
+  if (cm->opcode == 0x94 || cm->opcode == 0x95)
+    return lun->p.zones != NULL;
   return cm->opcode != 0x9c || lun->p.atomic.max != 0;
 }
 
@@ -433,7 +472,9 @@ s4k_scsi_exec (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
   const int sa = cdb_len > 1 ? cdb[1] & 0x1f : -1;
   const struct command *cm = find_command (lun, cdb[0], sa);
   if (!cm) {
-    if (has_service_actions (cdb[0]))
+    /* ZBC IN and OUT do not exist on a LUN that is not zoned. */
+    if (has_service_actions (cdb[0]) &&
+        (lun->p.zones || (cdb[0] != 0x94 && cdb[0] != 0x95)))
       return scsi_fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST,
                              INVALID_FIELD_IN_CDB, false, 0, CDB_FIELD (1, 4));
     return scsi_fail_info (cmd, S4K_SENSE_ILLEGAL_REQUEST,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The SCSI command layer's private parts, shared by its files:
  *   scsi.c        the LUN, the command table and REPORT SUPPORTED
  *                 OPERATION CODES, s4k_scsi_exec / s4k_scsi_done;
@@ -66,6 +67,8 @@ struct s4k_scsi_lun {
   uint16_t ua;                  /* pending UNIT ATTENTION (asc/ascq), or 0 */
   uint32_t pending_length;      /* MODE SELECT's block length for the next
                                    FORMAT UNIT, or 0: the current one */
+  uint8_t zoned;                /* enum s4k_zoned (p.zones) */
+  uint32_t max_open;            /* the zones' open limit (0: none) */
 };
 
 /* The atomic write limits in logical blocks, as the Block Limits page
@@ -206,6 +209,16 @@ unsigned scsi_ata_format_end (struct s4k_scsi_cmd *cmd, bool ok);
 /* FORMAT UNIT's ops ran (s4k_scsi_done). */
 unsigned scsi_format_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
                            unsigned failed, int r, unsigned cuts);
+/* scsi_zbc.c: the zoned block commands and what they add elsewhere. */
+handler scsi_cmd_report_zones, scsi_cmd_zone_out;
+/* INQUIRY's peripheral device type: 14h for host-managed, else 00h. */
+uint8_t scsi_zbc_device_type (const struct s4k_scsi_lun *lun);
+/* VPD page B6h into b (its length, 0 if the LUN is not zoned); for page
+ * B1h, sets the ZONED field in b and returns 0. */
+size_t scsi_zbc_vpd (const struct s4k_scsi_lun *lun, uint8_t page,
+                     uint8_t *b);
+/* The command fails with the sense of zone error zerr. */
+unsigned scsi_zbc_fail (struct s4k_scsi_cmd *cmd, int zerr);
 /* VERIFY with BYTCHK, once its reads ran: the medium against the
  * data-out. */
 unsigned scsi_verify_compare (struct s4k_scsi_lun *lun,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The SCSI command layer's block commands (SBC-4): START STOP UNIT, READ
  * CAPACITY, READ and WRITE, SYNCHRONIZE CACHE, WRITE SAME, UNMAP, VERIFY
  * and WRITE ATOMIC, each decoded into the engine operations that carry it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The SCSI command layer's sense data (SPC-5 4.4): the fixed-format sense
  * a failing command returns, the sense for an engine error, and reading
  * and naming sense for the front ends. */
@@ -6,6 +7,7 @@
 #include <string.h>
 
 #include "scsi_priv.h"
+#include "sect4k/zone.h"
 
 static const struct { uint16_t code; const char *name; } asc_names[] = {
   { NO_ADDITIONAL_SENSE, "NO ADDITIONAL SENSE INFORMATION" },
@@ -113,7 +115,10 @@ scsi_map_error (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
                 const struct s4k_scsi_op *op, int r)
 {
   const uint64_t lba = op->off >> lun->lshift;
-  const bool media = op->kind != S4K_SCSI_OP_FLUSH;
+  const bool media = op->kind != S4K_SCSI_OP_FLUSH &&
+                     op->kind != S4K_SCSI_OP_ZONE;
+  if (s4k_zone_err_of (r))
+    return scsi_zbc_fail (cmd, s4k_zone_err_of (r));
   switch (-r) {
   case EIO:
     return scsi_fail_info (cmd, S4K_SENSE_MEDIUM_ERROR,

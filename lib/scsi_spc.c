@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The SCSI command layer's primary commands (SPC-5) that complete here:
  * INQUIRY and its VPD pages, REQUEST SENSE, TEST UNIT READY, MODE SENSE
  * and MODE SELECT.  REPORT SUPPORTED OPERATION CODES is in scsi.c, with
@@ -34,6 +35,8 @@ vpd_page (const struct s4k_scsi_lun *lun, uint8_t page, uint8_t *b)
         b[n++] = 0x89;          /* ATA Information, in order */
       b[n++] = vpd_pages[i];
     }
+    if (p->zones)
+      b[n++] = 0xb6;            /* zoned block device characteristics */
     break;
   case 0x89:                    /* ATA Information (SAT-4) */
     if (!p->sata)
@@ -91,6 +94,11 @@ vpd_page (const struct s4k_scsi_lun *lun, uint8_t page, uint8_t *b)
   case 0xb1:                    /* block device characteristics */
     n = 64;
     put16 (b + 4, p->rotation_rate);
+    scsi_zbc_vpd (lun, page, b);
+    break;
+  case 0xb6:                    /* zoned block device characteristics */
+    if (!(n = scsi_zbc_vpd (lun, page, b)))
+      return 0;
     break;
   case 0xb2:                    /* logical block provisioning */
     n = 8;
@@ -119,11 +127,13 @@ scsi_cmd_inquiry (struct ctx *x)
     n = vpd_page (x->lun, c[2], b);
     if (n == 0)
       return scsi_bad_cdb (x->cmd, 2, -1);
+    b[0] = scsi_zbc_device_type (x->lun);
   }
   else {
     if (c[2])                   /* a page code without EVPD */
       return scsi_bad_cdb (x->cmd, 2, -1);
     n = 36;
+    b[0] = scsi_zbc_device_type (x->lun);
     b[2] = 0x07;                /* SPC-5 */
     b[3] = 0x12;                /* HISUP, response data format 2 */
     b[4] = (uint8_t) (n - 5);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Request statistics: per-thread counter blocks, summed on demand, so
  * counting never makes threads share a cache line.  Knows nothing of the
  * device: saving them is stats_save.h's. */

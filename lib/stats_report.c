@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Statistics as JSON (schema: docs/stats.schema.json) and as a summary;
  * saving them to statsfile= is stats_save.c's. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Saving a device's statistics: statsfile= every stats-interval= seconds
  * from a thread of its own, statsfile= and the stats= summary when the
  * device closes.  The device owns the saver and the saver only uses the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The store interface: private to the engine (lib/) and the tests that
  * build stores.  Front ends use the device API in sect4k/sect4k.h.
  *

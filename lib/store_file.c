@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The file and block-device store: opening and validating the file,
  * the store's ops, close.  Its I/O is in store_file_io.c (synchronous)
  * and store_file_aio.c (event loops). */

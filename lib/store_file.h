@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The file store's private parts, shared by its three files:
  *   store_file.c       opening and validating the file, the ops, close;
  *   store_file_io.c    the synchronous I/O the plugin's threads do

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The file store's asynchronous path: requests an event loop
  * (sect4k-server) submits to its own ring, so nothing there waits for
  * the disk.  A request's pieces are queued together; a write's sectors

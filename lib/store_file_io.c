@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The file store's synchronous I/O (see store_file.h for the other two
  * files).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Sparse memory store.
  *
  * Data lives in chunks of max(physical, page size) bytes, placed so that

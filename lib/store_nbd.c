@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Upstream store: the sectors of another NBD server's export
  * (upstream=URI), through libnbd.
  *
@@ -30,7 +31,13 @@
  * nothing for that long while it waits; its connection is closed, as
  * one that died.  The synchronous path runs libnbd's nbd_aio_* calls
  * and polls with the timeout (the blocking calls have none); the loops
- * watch their connection (store_nbd_aio.c).
+ * watch their connection (store_nbd_aio.c).  The upstream is then taken
+ * as down: requests fail with EIO at once, on both paths, rather than
+ * each waiting as long again (for the sector lock the first held, for a
+ * connection of the pool, for a connect a stopped upstream accepts and
+ * never answers); the pool's idle connections are closed and every
+ * connection's unflushed writes count as lost.  A thread, the prober,
+ * connects meanwhile; once it has, requests go upstream again.
  *
  * Partial writes: where the export's minimum block size allows it (and
  * upstream-partial-writes= is not false), a write that cuts physical
@@ -48,6 +55,9 @@
 
 #include <libnbd.h>
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "sect4k/extents.h"
 #include "sect4k/sect4k.h"
@@ -71,8 +81,36 @@ deadline_of (uint64_t timeout)
   return timeout ? s4k_now_ns () + timeout : 0;
 }
 
+/* nbd_poll (h, ms), also ending when wake (>= 0) is readable: 2. */
+static int
+poll_wake (struct nbd_handle *h, int wake, int ms)
+{
+  if (wake < 0)
+    return nbd_poll (h, ms);
+  unsigned dir = nbd_aio_get_direction (h);
+  struct pollfd p[2] = {
+    { .fd = nbd_aio_get_fd (h),
+      .events = (dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
+                (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0) },
+    { .fd = wake, .events = POLLIN } };
+  int n = poll (p, 2, ms);
+  if (n == -1)
+    return errno == EINTR ? 0 : -1;
+  if (p[1].revents)
+    return 2;
+  if (p[0].revents & (POLLIN | POLLHUP | POLLERR))
+    return nbd_aio_notify_read (h) == -1 ? -1 : 1;
+  if (p[0].revents & POLLOUT)
+    return nbd_aio_notify_write (h) == -1 ? -1 : 1;
+  return 0;
+}
+
+/* A new connection, connected, or NULL and *err.  *silent (if not NULL)
+ * is set when the upstream said nothing for the timeout; wake (or -1)
+ * as poll_wake's. */
 static struct nbd_handle *
-connect_upstream (struct nbd_store *u, char *err, size_t errlen)
+connect_upstream (struct nbd_store *u, char *err, size_t errlen,
+                  bool *silent, int wake)
 {
   struct nbd_handle *h = nbd_create ();
   if (!h) {
@@ -93,10 +131,18 @@ connect_upstream (struct nbd_store *u, char *err, size_t errlen)
     if (ms == 0) {
       snprintf (err, errlen, "upstream=%s: no answer in %gs "
                 "(upstream-timeout=)", u->uri, u->timeout / 1e9);
+      if (silent)
+        *silent = true;
       nbd_close (h);
       return NULL;
     }
-    r = nbd_poll (h, ms) == -1 ? -1 : 0;
+    int p = poll_wake (h, wake, ms);
+    if (p == 2) {
+      snprintf (err, errlen, "upstream=%s: closing", u->uri);
+      nbd_close (h);
+      return NULL;
+    }
+    r = p == -1 ? -1 : 0;
   }
   if (r == -1 || !nbd_aio_is_ready (h)) {
     snprintf (err, errlen, "upstream=%s: cannot connect: %s", u->uri,
@@ -115,10 +161,13 @@ up_export_ok (struct nbd_store *u, struct nbd_handle *h)
 }
 
 /* A connection of the pool, locked and connected; NULL (and *r) if it
- * cannot connect. */
+ * cannot connect, or the upstream is down. */
 static struct conn *
 get_conn (struct nbd_store *u, int *r)
 {
+  *r = -EIO;
+  if (up_down (u))
+    return NULL;
   unsigned start = atomic_fetch_add_explicit (&u->next, 1,
                                               memory_order_relaxed) % u->n;
   struct conn *c = NULL;
@@ -131,20 +180,28 @@ get_conn (struct nbd_store *u, int *r)
     c = &u->conns[start];
     pthread_mutex_lock (&c->lock);
   }
+  /* Taken as down while this one waited for the connection. */
+  if (up_down (u)) {
+    pthread_mutex_unlock (&c->lock);
+    return NULL;
+  }
   if (!c->h) {
     char err[256];
-    c->h = connect_upstream (u, err, sizeof err);
+    bool silent = false;
+    c->h = connect_upstream (u, err, sizeof err, &silent, -1);
     if (c->h && !up_export_ok (u, c->h)) {
       nbd_close (c->h);
       c->h = NULL;
     }
     if (!c->h) {
       pthread_mutex_unlock (&c->lock);
-      *r = -EIO;
+      if (silent)
+        up_timed_out (u);
       return NULL;
     }
     atomic_fetch_add (&u->reconnects, 1);
   }
+  *r = 0;
   return c;
 }
 
@@ -157,11 +214,12 @@ conn_lost (struct nbd_store *u, struct conn *c)
 }
 
 /* One connection died: the upstream may have.  The pool's idle ones
- * whose upstream hung up died too: closed now, so that the requests
- * after do not each find one more dead.  (Hung up, not just readable: a
- * TLS upstream may send session tickets to an idle connection.) */
+ * whose upstream hung up died too (all of them if it is down): closed
+ * now, so that the requests after do not each find one more dead.
+ * (Hung up, not just readable: a TLS upstream may send session tickets
+ * to an idle connection.) */
 static void
-reap_idle (struct nbd_store *u)
+reap_idle (struct nbd_store *u, bool all)
 {
   for (unsigned i = 0; i < u->n; i++) {
     struct conn *c = &u->conns[i];
@@ -169,19 +227,102 @@ reap_idle (struct nbd_store *u)
       continue;
     struct pollfd p = { .fd = c->h ? nbd_aio_get_fd (c->h) : -1,
                         .events = POLLRDHUP };
-    if (p.fd >= 0 && poll (&p, 1, 0) == 1 &&
-        (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+    if (p.fd >= 0 &&
+        (all || (poll (&p, 1, 0) == 1 &&
+                 (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))))
       conn_lost (u, c);
     pthread_mutex_unlock (&c->lock);
   }
+}
+
+/* ---- the upstream down, and the prober -------------------------------- */
+
+#define PROBE_GAP 200000000u    /* ns between tries refused at once */
+
+/* The prober's connection, if it is not needed as the pool's. */
+static void
+probe_keep (struct nbd_store *u, struct nbd_handle *h)
+{
+  for (unsigned i = 0; i < u->n && h; i++) {
+    struct conn *c = &u->conns[i];
+    if (pthread_mutex_trylock (&c->lock) != 0)
+      continue;
+    if (!c->h) {
+      c->h = h;
+      h = NULL;
+      atomic_fetch_add (&u->reconnects, 1);
+    }
+    pthread_mutex_unlock (&c->lock);
+  }
+  if (h) {
+    uint64_t deadline = 0;
+    up_close_handle (h, &deadline);
+  }
+}
+
+/* While the upstream is down: connects, each try bounded by the timeout
+ * (a stopped upstream accepts and says nothing), until one succeeds. */
+static void *
+prober (void *arg)
+{
+  struct nbd_store *u = arg;
+  pthread_mutex_lock (&u->probe_lock);
+  while (!u->closing) {
+    if (!up_down (u)) {
+      pthread_cond_wait (&u->probe_cond, &u->probe_lock);
+      continue;
+    }
+    const uint64_t gen = u->down_gen, t0 = s4k_now_ns ();
+    pthread_mutex_unlock (&u->probe_lock);
+    char err[256];
+    bool silent = false;
+    struct nbd_handle *h = connect_upstream (u, err, sizeof err, &silent,
+                                             u->wake);
+    if (h && !up_export_ok (u, h)) {
+      nbd_close (h);
+      h = NULL;
+    }
+    if (h)
+      probe_keep (u, h);
+    pthread_mutex_lock (&u->probe_lock);
+    if (h && gen == u->down_gen) {
+      atomic_store (&u->down, false);
+      fprintf (stderr, "sect4k: upstream=%s: answers again\n", u->uri);
+    }
+    else if (!h && !silent && !u->closing) {
+      /* Refused, or hung up, at once: not there yet. */
+      const uint64_t at = t0 + PROBE_GAP;
+      struct timespec ts = { at / 1000000000u, at % 1000000000u };
+      pthread_cond_timedwait (&u->probe_cond, &u->probe_lock, &ts);
+    }
+  }
+  pthread_mutex_unlock (&u->probe_lock);
+  return NULL;
 }
 
 void
 up_timed_out (struct nbd_store *u)
 {
   fprintf (stderr, "sect4k: upstream=%s: no answer in %gs "
-           "(upstream-timeout=): closing the connection, its requests "
-           "fail with EIO\n", u->uri, u->timeout / 1e9);
+           "(upstream-timeout=): closing the connection; requests fail "
+           "with EIO until it answers again\n", u->uri, u->timeout / 1e9);
+  pthread_mutex_lock (&u->probe_lock);
+  if (!u->closing && (u->prober_running ||
+                      (u->prober_running =
+                         pthread_create (&u->prober, NULL, prober, u) == 0))) {
+    u->down_gen++;
+    atomic_store (&u->down, true);
+    pthread_cond_signal (&u->probe_cond);
+  }
+  pthread_mutex_unlock (&u->probe_lock);
+  if (!up_down (u))
+    return;
+  /* Its other connections would only make the next requests wait as
+   * long again; their unflushed writes may be gone with it.  A flush
+   * meanwhile reports that, per client connection, and passes for the
+   * others. */
+  reap_idle (u, true);
+  up_aio_lost (u);
 }
 
 static int
@@ -193,7 +334,7 @@ up_check (struct nbd_store *u, struct conn *c, int r)
   if (nbd_aio_is_dead (c->h) || nbd_aio_is_closed (c->h) ||
       !nbd_aio_is_ready (c->h)) {
     conn_lost (u, c);
-    reap_idle (u);
+    reap_idle (u, false);
     return -EIO;
   }
   return -(e > 0 ? e : EIO);
@@ -339,6 +480,10 @@ up_flush_dirty (struct nbd_store *u, struct conn *c)
 {
   if (!c->h || !mark_dirty (u, &c->mark))
     return 0;
+  if (up_down (u)) {
+    conn_lost (u, c);           /* as one that died: its loss counted */
+    return 0;
+  }
   int r = up_flush_conn (u, c);
   return c->h ? r : 0;
 }
@@ -466,6 +611,14 @@ nbd_store_close (struct s4k_store *s)
 {
   struct nbd_store *u = (struct nbd_store *) s;
   uint64_t deadline = 0;
+  pthread_mutex_lock (&u->probe_lock);
+  u->closing = true;
+  pthread_cond_signal (&u->probe_cond);
+  pthread_mutex_unlock (&u->probe_lock);
+  if (u->prober_running) {
+    (void) !write (u->wake, &(uint64_t) { 1 }, 8);
+    pthread_join (u->prober, NULL);
+  }
   up_aio_close (u, &deadline);
   for (unsigned i = 0; i < u->n; i++) {
     if (u->conns[i].h)
@@ -473,6 +626,10 @@ nbd_store_close (struct s4k_store *s)
     pthread_mutex_destroy (&u->conns[i].lock);
   }
   pthread_mutex_destroy (&u->loops_lock);
+  pthread_mutex_destroy (&u->probe_lock);
+  pthread_cond_destroy (&u->probe_cond);
+  if (u->wake >= 0)
+    close (u->wake);
   free (u->zeroes);
   free (u->uri);
   free (u);
@@ -592,6 +749,19 @@ s4k_nbd_store_new (const struct s4k_config *c, uint64_t *size, char *err,
   u->timeout = c->upstream_timeout;
   u->base.async = u->base.async_extents = true;
   pthread_mutex_init (&u->loops_lock, NULL);
+  pthread_mutex_init (&u->probe_lock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init (&ca);
+  pthread_condattr_setclock (&ca, CLOCK_MONOTONIC);   /* s4k_now_ns's */
+  pthread_cond_init (&u->probe_cond, &ca);
+  pthread_condattr_destroy (&ca);
+  u->wake = eventfd (0, EFD_CLOEXEC);
+  if (u->wake == -1) {
+    snprintf (err, errlen, "upstream store: eventfd: %s",
+              s4k_strerror (errno));
+    nbd_store_close (&u->base);
+    return NULL;
+  }
   u->n = c->upstream_connections ? c->upstream_connections : 4;
   if (u->n > MAX_CONNECTIONS)
     u->n = MAX_CONNECTIONS;
@@ -600,7 +770,7 @@ s4k_nbd_store_new (const struct s4k_config *c, uint64_t *size, char *err,
   /* Every connection now: a bad URI fails at start, not at the first
    * request. */
   for (unsigned i = 0; i < u->n; i++)
-    if (!(u->conns[i].h = connect_upstream (u, err, errlen)) ||
+    if (!(u->conns[i].h = connect_upstream (u, err, errlen, NULL, -1)) ||
         (i == 0 && probe (u, c, size, err, errlen) == -1)) {
       nbd_store_close (&u->base);
       return NULL;

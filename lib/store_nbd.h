@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Upstream store: the data lives in another NBD server's export. */
 #ifndef S4K_STORE_NBD_H
 #define S4K_STORE_NBD_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The upstream store's asynchronous path: requests an event loop
  * (sect4k-server) submits.  Each loop has its own upstream connection,
  * used only on the loop's thread, so nothing on the way takes a lock:
@@ -25,6 +26,8 @@
  * commands in flight) while its socket says nothing for that long is
  * closed as one that died (its requests fail with EIO): a timer of the
  * loop's ring, armed while it waits, checks when it last heard of it.
+ * The upstream is then down (store_nbd.c): every loop fails its new
+ * requests at once until the prober has connected again.
  *
  * Block status goes the same way (nbd_aio_block_status), its replies
  * rounded to whole physical sectors by the same callback as the
@@ -565,11 +568,12 @@ after_status (struct s4k_completion *c, int res)
   after_io (al);
 }
 
-/* Sends q on the loop's connection, connecting it first if need be. */
+/* Sends q on the loop's connection, connecting it first if need be;
+ * fails it at once while the upstream is down. */
 static int
 start (struct aloop *al, struct s4k_store_req *q)
 {
-  if (!al->h && connect_begin (al) < 0)
+  if (up_down (al->u) || (!al->h && connect_begin (al) < 0))
     return -EIO;
   if (al->connecting) {
     q->piece[0].c.next = NULL;
@@ -661,7 +665,7 @@ sub_run (struct s4k_completion *c, int res)
     xflush_put (s->x, 0);
     return;
   }
-  if (!al->h || al->connecting) {
+  if (!al->h || al->connecting || up_down (al->u)) {
     xflush_put (s->x, -EIO);
     return;
   }
@@ -717,8 +721,13 @@ flush_begin (struct aloop *al, struct s4k_store_req *q)
   }
   /* Its own. */
   int r = 1;
-  if (mark_dirty (u, &al->mark) && al->h && !al->connecting)
+  if (mark_dirty (u, &al->mark) && al->h && !al->connecting) {
     r = start (al, q);
+    if (r < 0 && x) {           /* the upstream is down: x ends q */
+      note_error (q, r);
+      r = 1;
+    }
+  }
   else if (!x)
     r = q->err;
   if (x)
@@ -772,6 +781,14 @@ up_submit (struct s4k_store *s, struct s4k_store_req *q)
                            q->extent_opaque);
   }
   return start (al, q);
+}
+
+void
+up_aio_lost (struct nbd_store *u)
+{
+  unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++)
+    mark_lost (u, &u->loops[i]->mark);
 }
 
 /* At the store's close, the loops gone. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The upstream store's private parts, shared by its two files:
  *   store_nbd.c       connecting and checking the export, the pool of
  *                     connections the synchronous calls use (the
@@ -68,6 +69,18 @@ struct nbd_store {
   _Atomic unsigned nloops;
   struct aloop *loops[MAX_LOOPS];
   char info[512];
+  /* The upstream taken as down: a request had no answer for the
+   * timeout.  Until a connection to it succeeds again, requests fail
+   * with EIO at once instead of each waiting for a connection, a
+   * connect or an answer (the prober, a thread started the first time,
+   * connects meanwhile, each try bounded by the timeout). */
+  _Atomic bool down;
+  pthread_mutex_t probe_lock;
+  pthread_cond_t probe_cond;     /* down, or closing */
+  uint64_t down_gen;             /* counts declarations */
+  bool prober_running, closing;
+  pthread_t prober;
+  int wake;                      /* eventfd: ends the prober's connect */
 };
 
 /* ---- marks ------------------------------------------------------------- */
@@ -153,9 +166,15 @@ bool up_export_ok (struct nbd_store *u, struct nbd_handle *h);
  * ends it: 0 or -errno.  A connection that died, or whose upstream said
  * nothing for u->timeout, is closed (its request gets EIO). */
 int up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie);
-/* One line on stderr: the upstream said nothing for u->timeout, and the
- * connection is closed. */
+/* The upstream said nothing for u->timeout: one line on stderr, and it
+ * is taken as down (struct nbd_store's down; the pool's idle connections
+ * are closed).  The caller closes its connection. */
 void up_timed_out (struct nbd_store *u);
+static inline bool
+up_down (struct nbd_store *u)
+{
+  return atomic_load_explicit (&u->down, memory_order_relaxed);
+}
 /* Closes h, telling the upstream (NBD_CMD_DISC) without waiting long
  * for it: the store is closing (at most until *deadline, ns). */
 void up_close_handle (struct nbd_handle *h, uint64_t *deadline);
@@ -172,5 +191,8 @@ int up_extent_cb (void *opaque, const char *context, uint64_t offset,
 /* store_nbd_aio.c */
 int up_submit (struct s4k_store *s, struct s4k_store_req *q);
 void up_aio_close (struct nbd_store *u, uint64_t *deadline);
+/* The upstream is down: the loops' unflushed writes count as lost (their
+ * connections stay their threads', closed when they fail). */
+void up_aio_lost (struct nbd_store *u);
 
 #endif

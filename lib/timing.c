@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The timing model: what a request would cost a real drive.  Pure
  * arithmetic over the geometry (s4k_timing_cost) and a virtual timeline
  * (s4k_timing_schedule) that says when each request completes; the front

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Unix socket paths (include/sect4k/unixsock.h): a live server's path is
  * never taken over (its clients would silently come to us), a stale one
  * is replaced, and at exit only our own socket is removed. */

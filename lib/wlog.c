@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The write log (write-log=PATH) and its reader: dm-log-writes' on-disk
  * format, docs/write-log.md.
  *

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sect4k/scsi.h"          /* the sense keys */
 #include "sect4k/zone.h"
 
 /* ---- keys -------------------------------------------------------------- */
@@ -150,6 +151,20 @@ s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
     return -1;
   }
   return 0;
+}
+
+int
+s4k_zone_refuse_nbd (const struct s4k_zone_config *c, const char *name,
+                     const char *how, char *err, size_t errlen)
+{
+  if (c->model == S4K_ZONED_NONE)
+    return 0;
+  snprintf (err, errlen, "%s%s%szoned=%s: NBD has no zone commands (a "
+            "client would see a plain disk): serve a zoned drive %s",
+            name ? "export=" : "", name ? name : "", name ? ": " : "",
+            c->model == S4K_ZONED_HOST_MANAGED ? "host-managed"
+                                               : "host-aware", how);
+  return -1;
 }
 
 /* ---- errors ------------------------------------------------------------ */
@@ -464,6 +479,40 @@ s4k_zones_write (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
           ? write_managed (z, lba, nlba) : write_aware (z, lba, nlba);
   pthread_mutex_unlock (&z->lock);
   return r;
+}
+
+bool
+s4k_zones_rewind (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
+{
+  if (z->info.model != S4K_ZONED_HOST_MANAGED || !nlba ||
+      lba >= z->info.capacity || nlba > z->info.capacity - lba)
+    return false;
+  bool moved = false;
+  pthread_mutex_lock (&z->lock);
+  struct zone *zn = zone_of (z, lba);
+  /* Only the write that ends at the pointer: a later write accepted at
+   * its end keeps the pointer where it is (the drive acknowledged it). */
+  if (zn->type == S4K_ZT_SEQ_REQUIRED && zn->wp == lba + nlba &&
+      lba >= zn->start &&
+      (is_open (zn) || zn->cond == S4K_ZC_FULL)) {
+    zn->wp = lba;
+    if (zn->cond == S4K_ZC_FULL) {
+      /* It was open (implicitly, or explicitly: not known here) while
+       * the write ran: open again if the limit allows, else closed. */
+      if (lba == zn->start)
+        enter (z, zn, S4K_ZC_EMPTY);
+      else if (!z->info.max_open ||
+               z->imp_open + z->exp_open < z->info.max_open)
+        enter (z, zn, S4K_ZC_IMP_OPEN);
+      else
+        enter (z, zn, S4K_ZC_CLOSED);
+    }
+    else if (zn->cond == S4K_ZC_IMP_OPEN && lba == zn->start)
+      enter (z, zn, S4K_ZC_EMPTY);
+    moved = true;
+  }
+  pthread_mutex_unlock (&z->lock);
+  return moved;
 }
 
 int

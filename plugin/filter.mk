@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # nbdkit-sect4k-filter: the engine over any nbdkit plugin.
 #   make             also builds ./sect4k-filter.so and its man page
 FILTER_MAN := nbdkit-sect4k-filter.1

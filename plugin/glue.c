@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Shared by the nbdkit plugin and filter (see glue.h). */
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>

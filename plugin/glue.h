@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What the nbdkit plugin and the nbdkit filter share: engine results in
  * nbdkit's convention, request flags, extents.  Include after
  * nbdkit-plugin.h or nbdkit-filter.h. */

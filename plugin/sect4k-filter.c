@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-sect4k-filter: the sect4k geometry over any nbdkit plugin.
  *
  *   nbdkit --filter=./sect4k-filter.so memory 10G physical=4096
@@ -386,7 +387,9 @@ sect4k_config_complete (nbdkit_next_config_complete *next,
                         nbdkit_backend *nxdata)
 {
   char err[512];
-  if (s4k_config_finish (&cfg, err, sizeof err) == -1) {
+  if (s4k_config_finish (&cfg, err, sizeof err) == -1 ||
+      s4k_zone_refuse_nbd (&cfg.zone, NULL, "with sect4k-server --scsi",
+                           err, sizeof err) == -1) {
     nbdkit_error ("%s", err);
     return -1;
   }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-sect4k-plugin: glue between nbdkit and the sect4k engine.
  * Config keys go to s4k_config_set, callbacks to the s4k_* data path. */
 #define NBDKIT_API_VERSION 2
@@ -87,6 +88,14 @@ sect4k_config_complete (void)
     nbdkit_error ("%s", err);
     return -1;
   }
+  for (size_t i = 0; i < exports.n; i++)
+    if (s4k_zone_refuse_nbd (&exports.v[i].cfg.zone,
+                             exports.named ? exports.v[i].name : NULL,
+                             "with sect4k-server --scsi", err,
+                             sizeof err) == -1) {
+      nbdkit_error ("%s", err);
+      return -1;
+    }
   return 0;
 }
 

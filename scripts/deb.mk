@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # make deb: the Debian packages (debian/: nbdkit-sect4k-plugin,
 # sect4k-server, sect4k-tools) from a clean copy of the tracked files
 # (scripts/deb/build), with dpkg-buildpackage -b -us -uc, whose

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-wlog-dump LOG [--summary] [--tail]: the entries of a write log
  * (sect4k's write-log= or the kernel's dm-log-writes), one a line, with
  * the library's reader; or with --summary one line of counts.  Exit 1

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # sect4k-wlog-dump: the entries of a write log (write-log=, dm-log-writes),
 # read with the engine's reader (lib/wlog.c); tests use it.
 WLOG_DUMP := $(B)/sect4k-wlog-dump

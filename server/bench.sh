@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Benchmark: sect4k-server against nbdkit + the sect4k plugin, same
 # device, same run.  Usage: server/bench.sh SERVER PLUGIN
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server as a fixture: --run, -U -, --pidfile, --exit-with-parent
  * and socket activation (see captive.h). */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server as a fixture, with nbdkit's conventions (nbdkit(1),
  * nbdkit-captive(1), nbdkit-service(1)): --run, -U -, --pidfile,
  * --exit-with-parent and systemd socket activation. */

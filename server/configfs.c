@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server --scsi: the kernel's objects, through configfs.
  *
  * For each export a TCMU backstore core/user_PID/sect4k-PID-I (served by
@@ -21,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sect4k/zone.h"
 #include "tcmu.h"
 
 void log_msg (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
@@ -300,6 +302,7 @@ make_backstore (struct scsi_front *f, size_t i, bool readonly, bool verbose,
   struct s4k_scsi_params p;
   const uint32_t max = s4k_dev_max_request (dev);
   s4k_scsi_params_from_config (&p, &u->x->cfg, g, max);
+  p.zones = s4k_dev_zones (dev);
   p.readonly = p.readonly || readonly || s4k_dev_readonly (dev);
   p.bad_counts = lun_bad_counts;
   p.bad_opaque = dev;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* One NBD connection as a byte-in, byte-out state machine.
  *
  * No sockets here: the event loop (loop.c) puts received bytes where

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # CI's fuzzing campaign (`make fuzz-ci`, run by .ci/run): libFuzzer on the
 # protocol parser for SECONDS, starting from the regression corpus.  A
 # crash, leak, timeout or broken bound fails it; each input libFuzzer saved

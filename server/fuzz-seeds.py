@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the seed inputs of the fuzz corpus (tests/server/corpus/seed-*):
 client byte streams for every option and command (format in fuzz.c), over
 the memory store (seed-NAME-mMODE-pPIECE) and through the request slots

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Fuzz target: arbitrary client bytes into the handshake and request
  * parser (request.c, handshake.c, reply.c, sched.c) over a small device.
  *

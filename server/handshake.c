@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server: the handshake phase (NBD options: EXPORT_NAME, INFO, GO,
  * LIST, STRUCTURED_REPLY, SET/LIST_META_CONTEXT, ABORT).  request.c runs the
  * state machine and the transmission phase; protocol.h is what both

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Event loops: a few threads, each with its own io_uring, each serving
  * many connections.  Accept, receive and send are ring operations, and so
  * is the file store's I/O (the engine queues it on the same ring); the
@@ -714,8 +715,12 @@ tick (struct worker *w)
     bool quiet = !sc->c.inflight && !sc->send_busy &&
                  conn_out_bytes (&sc->c) == 0 &&
                  now - sc->active >= QUIET_MS;
-    if (w->stopping && now >= w->stop_deadline)
+    if (w->stopping && now >= w->stop_deadline) {
+      if (sc->c.inflight || sc->send_busy || conn_out_bytes (&sc->c))
+        log_msg ("%s: shutdown grace of %u s over: closed with replies "
+                 "unsent", sc->name, w->s->shutdown_grace);
       start_close (sc);
+    }
     else if (w->stopping && sc->draining) {
       if (!quiet && now < sc->drain_deadline)
         continue;

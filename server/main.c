@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server: the sect4k engine served over NBD without nbdkit.
  *   sect4k-server size=10G physical=4096 --unix /tmp/s
  * Parameters are the plugin's (s4k_config_*); options configure serving. */
@@ -291,6 +292,21 @@ write_stats (const char *file, const struct server *s)
     return -1;
   }
   return 0;
+}
+
+/* NBD has no zone commands: a zoned export is served by --scsi alone. */
+static bool
+zoned_refused (const struct s4k_exports *t, bool scsi, char *err,
+               size_t errlen)
+{
+  for (size_t i = 0; i < t->n; i++)
+    if (s4k_zone_refuse_nbd (&t->v[i].cfg.zone, t->named ? t->v[i].name
+                                                        : NULL,
+                             scsi ? "with --scsi alone (no --unix, --listen "
+                             "or socket activation)" : "with --scsi",
+                             err, errlen) == -1)
+      return true;
+  return false;
 }
 
 /* --run --scsi: $dev_NAME for export NAME, other characters than
@@ -616,6 +632,7 @@ main (int argc, char **argv)
   if (unix_path && !private_socket && check_unix_path (unix_path) == -1)
     return 1;
   if (s4k_exports_finish (&exports, err, sizeof err) == -1 ||
+      (listening && zoned_refused (&exports, scsi, err, sizeof err)) ||
       (run && scsi && check_dev_names (&exports, err, sizeof err) == -1) ||
       s4k_exports_open (&exports, err, sizeof err) < 0) {
     fprintf (stderr, PROG ": %s\n", err);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* NBD protocol constants (doc/proto.md of the NBD project). */
 #ifndef SECT4K_SERVER_NBD_H
 #define SECT4K_SERVER_NBD_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server: what the files of one connection share, private to
  * them: the state machine and request intake (request.c), the handshake's
  * options (handshake.c), replies and read paths (reply.c), request slots

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server: what goes back to the client in transmission.  The
  * output (c->out, and the pieces sent by reference, c->refs, that
  * out_iov interleaves for the socket), the reply headers and error

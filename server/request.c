@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server: a connection's input.  The state machine (fixed
  * newstyle handshake, then transmission) over the bytes the loop
  * received: client flags, option headers (handshake.c answers them),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server: scheduling a connection's work.  Request slots for an
  * asynchronous store (file=, upstream=, the timing model): admission
  * (CONN_MAX_INFLIGHT requests, CONN_INFLIGHT_BYTES of their data), the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server: what main.c sets up and loop.c serves. */
 #ifndef SECT4K_SERVER_H
 #define SECT4K_SERVER_H

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # sect4k-server: standalone NBD server on the engine (io_uring).
 #   make                 also builds ./sect4k-server and sect4k-server.1
 #   make fuzz            libFuzzer (clang) on the handshake/request parser

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* One LUN's TCMU command ring (linux/target_core_user.h).
  *
  * The kernel maps a mailbox, a command ring and a data area through
@@ -83,6 +84,9 @@ run_op (struct tcmu_ring *ring, const struct s4k_scsi_op *op, uint64_t *due)
     /* FORMAT UNIT: this ring's commands run one at a time, so none of
      * its own is in flight. */
     return s4k_dev_set_logical (dev, (uint32_t) op->len);
+  if (op->kind == S4K_SCSI_OP_ZONE)   /* ZBC OUT: zone state only, or a
+                                       reset's data discarded */
+    return s4k_scsi_zone_op (dev, op);
   if (op->kind > S4K_SCSI_OP_FLUSH)
     return -EINVAL;
   const uint64_t tag = s4k_client_begin (dev, &ring->client, kinds[op->kind],

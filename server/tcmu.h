@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server --scsi: each export as a local SCSI disk through the
  * kernel's userspace backstore (target_core_user) and tcm_loop.
  * configfs.c creates and removes the kernel's objects; tcmu.c serves one

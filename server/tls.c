@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server: TLS with GnuTLS, X.509 or PSK, the transport being
  * two memory buffers (tls.h). */
 #include <errno.h>

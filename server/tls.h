@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-server: TLS (GnuTLS) over in-memory buffers.  The event loop
  * keeps its own non-blocking socket I/O: what it receives is fed in and
  * decrypted here, what it sends is encrypted here first.  GnuTLS never

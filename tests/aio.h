@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Waiting for one engine request (s4k_aio_*) at a time, in tests that
  * drive their own s4k_loop (tests/file/aio.c, tests/file/diverge.c). */
 #ifndef S4K_TEST_AIO_H

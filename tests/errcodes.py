@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The NBD error codes a client gets, the same from both front ends (the
 plugin under nbdkit, tests/plugin/errors.t, and sect4k-server,
 tests/server/errors.t), through libnbd with its strict mode off so that

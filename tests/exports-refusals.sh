@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The named-export refusals both front ends share (issue 13): each bad
 # combination is one line naming the export, the key and the rule.
 # Sourced by tests/plugin/params.t and tests/server/params.t, which define
@@ -33,3 +34,7 @@ bad "export=b: upstream=nbd+unix:///a%62?socket=$tmpdir/one.img is also export a
   export=b upstream="nbd+unix:///a%62?socket=$tmpdir/one.img"
 bad "export=b: upstream=nbd://127.0.0.1:10809/x is also export a's" \
   export=a upstream="nbd://localhost/x" export=b upstream="nbd://127.0.0.1:10809/x"
+# NBD has no zone commands (issue 33): a zoned export is refused on NBD,
+# named.
+bad "export=z: zoned=host-aware: NBD has no zone commands (a client would see a plain disk): serve a zoned drive with" \
+  size=64M export=a export=z zoned=host-aware zone-size=4M

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Named exports (issue 13), the same checks for both front ends: one
 server with exports=512n,512e,512e-xp,4kn; nbdinfo --list shows the four
 with their block sizes and descriptions; libnbd connections to each see

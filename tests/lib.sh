@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Shell helpers for the tests: TAP output and an nbdkit running the plugin.
 # Tests source this file; the Makefile exports SECT4K_PLUGIN, SECT4K_BUILD
 # and SECT4K_SAN.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What the Python client tests share: a libnbd connection, the geometry
 contract written the plain way, random requests checked against a
 byte-array model, and extents checks."""

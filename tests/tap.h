@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Minimal TAP producer for the C tests. */
 #ifndef S4K_TAP_H
 #define S4K_TAP_H

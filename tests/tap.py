@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Minimal TAP for the Python tests, and an nbdkit running the plugin."""
 import os
 import shlex
@@ -43,6 +44,19 @@ def need_nbd():
     except ImportError:
         skip_all("python3-libnbd is not installed")
     return nbd
+
+
+def errno_name(fn):
+    """Runs fn, a libnbd call: 0, or the errno of the nbd.Error it raises
+    as a name ("EIO"), whichever form this libnbd gives it in."""
+    import errno
+    import nbd
+    try:
+        fn()
+        return 0
+    except nbd.Error as e:
+        return errno.errorcode.get(e.errno, e.errno) \
+            if isinstance(e.errno, int) else e.errno
 
 
 def done_testing():

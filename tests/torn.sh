@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Shared by tests/plugin/torn-concurrent.t and tests/server/torn-concurrent.t
 # (issue 21): tests/plugin/torn.c against one front end, memory and file
 # stores, strict=true and false.  Each read's logical sectors must be all

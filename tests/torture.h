@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Concurrency torture: several writers race read-modify-writes on the
  * same physical sectors, each writer owning one logical slot in every
  * sector, mixed with aligned whole-sector writes, zeroes and trims.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k export table: many devices from one server.
  *
  * The front ends feed every key=value to s4k_exports_set instead of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Rounding a store's extents to whole physical sectors: for stores whose
  * own layer reports finer runs (an upstream NBD server, the next layer
  * of an nbdkit filter).  A sector reads as zeroes only if all of it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k's SCSI command layer (issue 22): one LUN's SCSI device, pure.
  *
  * CDB bytes and data-out bytes in; status, fixed-format sense and data-in
@@ -104,6 +105,9 @@ struct s4k_scsi_params {
                                  refused as an unknown command without
                                  them.  max, min and boundary must be
                                  multiples of the logical block size */
+  struct s4k_zones *zones;    /* s4k_dev_zones (): a zoned LUN (ZBC-2:
+                                 REPORT ZONES, ZBC OUT, VPD B6h, device
+                                 type 14h when host-managed), or NULL */
   bool sata;                  /* interface=sata: a SATA drive behind a SCSI/ATA
                                  Translation layer (SAT-4): INQUIRY vendor
                                  "ATA", the ATA Information VPD page (89h),
@@ -177,10 +181,15 @@ enum s4k_scsi_op_kind {
   S4K_SCSI_OP_ZERO,           /* s4k_zero (len, off, flags) */
   S4K_SCSI_OP_TRIM,           /* s4k_trim (len, off, flags) */
   S4K_SCSI_OP_FLUSH,          /* s4k_flush () */
+  S4K_SCSI_OP_ZONE,           /* s4k_scsi_zone_op (dev, op): ZBC OUT on a
+                                 zoned LUN (flags: the zone operation,
+                                 S4K_SCSI_ZONE_ALL; off: the zone's
+                                 first byte; len 0) */
   S4K_SCSI_OP_SET_LOGICAL,    /* s4k_dev_set_logical (len): FORMAT UNIT
                                  with a new block length (buf NULL, off 0,
                                  len the new logical size) */
 };
+#define S4K_SCSI_ZONE_ALL 0x100u
 
 struct s4k_scsi_op {
   enum s4k_scsi_op_kind kind;
@@ -251,6 +260,10 @@ unsigned s4k_scsi_exec (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
  * the command is complete. */
 unsigned s4k_scsi_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
                         unsigned failed, int r, unsigned cuts);
+
+/* Runs an S4K_SCSI_OP_ZONE op on device d (s4k_dev_zone_op): 0 or the
+ * -errno to hand to s4k_scsi_done. */
+int s4k_scsi_zone_op (struct s4k_dev *d, const struct s4k_scsi_op *op);
 
 /* Frees what the command holds.  Call once per exec, after the result
  * (and data-in) has been copied out. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k engine: block devices with any sector geometry.
  *
  * Plain C, no nbdkit types.  The plugin (plugin/) and the standalone server
@@ -161,6 +162,58 @@ int s4k_atomic_finish (struct s4k_atomic *a, const struct s4k_geometry *g,
   "                      atomic (default implicit), or only writes marked\n" \
   "                      atomic (SCSI WRITE ATOMIC(16)).\n"
 
+/* Zoned drives (issue 33; the zones: include/sect4k/zone.h, docs/
+ * zoned.md): the zone keys, parsed by lib/zone.c. */
+
+enum s4k_zoned {
+  S4K_ZONED_NONE,               /* default: a conventional drive */
+  S4K_ZONED_HOST_MANAGED,       /* ZBC peripheral device type 14h */
+  S4K_ZONED_HOST_AWARE,         /* type 00h, ZONED field 01b (B1h page) */
+};
+
+/* Real SMR drives (and f2fs, btrfs, dm-zoned, which expect it) use 256 MiB
+ * zones. */
+#define S4K_ZONE_DEFAULT_SIZE (256ull << 20)
+
+struct s4k_zone_config {
+  enum s4k_zoned model;
+  uint64_t size;                /* bytes; finish sets the default */
+  uint32_t conventional;        /* conventional zones from LBA 0 */
+  uint32_t max_open;            /* open sequential write required zones
+                                   (implicit + explicit); 0: no limit */
+  uint32_t max_active;          /* open + closed; 0: no limit */
+  const char *first_key;        /* the first zone-* key given, for the
+                                   refusal without zoned= */
+  char first_value[32];
+  char size_text[32];           /* zone-size= as given, for refusals */
+};
+
+/* 1 if key is not a zone key, else 0, or -1 with err filled (one line). */
+int s4k_zone_set (struct s4k_zone_config *c, const char *key,
+                  const char *value, char *err, size_t errlen);
+/* Checks the keys against the geometry and fills the default size: 0 or
+ * -1 with err filled.  Not zoned and no zone key: 0, nothing to do. */
+int s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
+                     char *err, size_t errlen);
+/* The NBD front ends (plugin, filter, sect4k-server serving NBD): NBD
+ * has no zone commands, and a client must not see a zoned drive as a
+ * plain disk.  0 if c is not zoned, else -1 with err: one line naming
+ * the export (name, or NULL), the key, and where a zoned drive is served
+ * (how: e.g. "with sect4k-server --scsi"). */
+int s4k_zone_refuse_nbd (const struct s4k_zone_config *c, const char *name,
+                         const char *how, char *err, size_t errlen);
+#define S4K_ZONE_HELP                                                        \
+  "zoned=host-managed|host-aware  A zoned (SMR) drive, ZBC-2 (default: not\n" \
+  "                      zoned).\n"                                         \
+  "zone-size=SIZE        Zone size: a power of two, a multiple of physical,\n" \
+  "                      at most the device (default 256M); the last zone\n" \
+  "                      is smaller when size= is not a multiple.\n"       \
+  "zone-conventional=N   Conventional zones from LBA 0 (default 0).\n"      \
+  "zone-max-open=N       Open sequential zones at most, host-managed only\n" \
+  "                      (default 0: no limit).\n"                          \
+  "zone-max-active=N     Open and closed sequential zones at most,\n"       \
+  "                      host-managed only (default 0: no limit).\n"
+
 struct s4k_config {
   struct s4k_geometry geom;
   uint32_t max_request;
@@ -211,6 +264,7 @@ struct s4k_config {
                                  set by the export table (exports.h) */
   struct s4k_timing_params timing;   /* latency-*=, rate=, timing=, ... */
   struct s4k_atomic atomic;          /* atomic-write-*=, atomic-writes= */
+  struct s4k_zone_config zone;       /* zoned=, zone-*= */
 };
 
 void s4k_config_init (struct s4k_config *c);

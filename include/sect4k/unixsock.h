@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Listening on a Unix socket path without taking it from a live server:
  * sect4k-server's --unix and the control socket (control=). */
 #ifndef SECT4K_UNIXSOCK_H

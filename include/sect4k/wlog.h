@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k write log: every write, zero, trim and flush a device accepted,
  * with its data, in order, in dm-log-writes' on-disk format (Linux
  * Documentation/admin-guide/device-mapper/log-writes.rst), so that

@@ -17,51 +17,10 @@
 #include <stdint.h>
 
 #include "sect4k/sect4k.h"
-#include "sect4k/scsi.h"          /* the sense keys */
 
-/* ---- keys -------------------------------------------------------------- */
-
-enum s4k_zoned {
-  S4K_ZONED_NONE,               /* default: a conventional drive */
-  S4K_ZONED_HOST_MANAGED,       /* ZBC peripheral device type 14h */
-  S4K_ZONED_HOST_AWARE,         /* type 00h, ZONED field 01b (B1h page) */
-};
-
-/* Real SMR drives (and f2fs, btrfs, dm-zoned, which expect it) use 256 MiB
- * zones. */
-#define S4K_ZONE_DEFAULT_SIZE (256ull << 20)
-
-struct s4k_zone_config {
-  enum s4k_zoned model;
-  uint64_t size;                /* bytes; finish sets the default */
-  uint32_t conventional;        /* conventional zones from LBA 0 */
-  uint32_t max_open;            /* open sequential write required zones
-                                   (implicit + explicit); 0: no limit */
-  uint32_t max_active;          /* open + closed; 0: no limit */
-  const char *first_key;        /* the first zone-* key given, for the
-                                   refusal without zoned= */
-  char first_value[32];
-  char size_text[32];           /* zone-size= as given, for refusals */
-};
-
-/* 1 if key is not a zone key, else 0, or -1 with err filled (one line). */
-int s4k_zone_set (struct s4k_zone_config *c, const char *key,
-                  const char *value, char *err, size_t errlen);
-/* Checks the keys against the geometry and fills the default size: 0 or
- * -1 with err filled.  Not zoned and no zone key: 0, nothing to do. */
-int s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
-                     char *err, size_t errlen);
-#define S4K_ZONE_HELP                                                        \
-  "zoned=host-managed|host-aware  A zoned (SMR) drive, ZBC-2 (default: not\n" \
-  "                      zoned).\n"                                         \
-  "zone-size=SIZE        Zone size: a power of two, a multiple of physical,\n" \
-  "                      at most the device (default 256M); the last zone\n" \
-  "                      is smaller when size= is not a multiple.\n"       \
-  "zone-conventional=N   Conventional zones from LBA 0 (default 0).\n"      \
-  "zone-max-open=N       Open sequential zones at most, host-managed only\n" \
-  "                      (default 0: no limit).\n"                          \
-  "zone-max-active=N     Open and closed sequential zones at most,\n"       \
-  "                      host-managed only (default 0: no limit).\n"
+/* The keys (enum s4k_zoned, struct s4k_zone_config, s4k_zone_set,
+ * s4k_zone_finish, S4K_ZONE_HELP) are in sect4k/sect4k.h, with the
+ * other keys of struct s4k_config. */
 
 /* ---- the zones --------------------------------------------------------- */
 
@@ -128,6 +87,18 @@ enum s4k_zone_err {
   S4K_ZERR_MAX
 };
 
+/* The device's requests fail with a zone error as -(S4K_EZONE + err), a
+ * value no errno takes, so that a SCSI front end can give its sense. */
+#define S4K_EZONE 0x10000
+static inline int s4k_zone_errno (int err) { return -(S4K_EZONE + err); }
+/* The zone error of a request's result r, or 0 if r is not one. */
+static inline int
+s4k_zone_err_of (int r)
+{
+  return r <= -S4K_EZONE - 1 && r > -S4K_EZONE - S4K_ZERR_MAX
+         ? -r - S4K_EZONE : 0;
+}
+
 /* The sense of err (positive, an enum s4k_zone_err): false if unknown. */
 bool s4k_zone_sense (int err, uint8_t *key, uint8_t *asc, uint8_t *ascq);
 /* Its ZBC-2 name and why, one short line. */
@@ -183,6 +154,13 @@ void s4k_zones_counts (struct s4k_zones *z, struct s4k_zones_counts *out);
  * at one write pointer are never both accepted.  0 or -S4K_ZERR_*; a
  * refused write changes nothing.  nlba 0: only the range is checked. */
 int s4k_zones_write (struct s4k_zones *z, uint64_t lba, uint64_t nlba);
+/* A write of [lba, lba + nlba) that s4k_zones_write accepted failed in
+ * the store: its zone's write pointer moves back to lba if no later
+ * write was accepted there (the pointer is still at the write's end),
+ * and the zone's condition with it (EMPTY again at its start, a FULL
+ * zone open or closed again).  Host-managed sequential zones only: a
+ * host-aware zone's pointer stays.  True if the pointer moved. */
+bool s4k_zones_rewind (struct s4k_zones *z, uint64_t lba, uint64_t nlba);
 /* A read: 0, or -S4K_ZERR_* (out of range, offline, or host-managed
  * across a conventional/sequential boundary).  Reads are otherwise
  * unrestricted (URSWRZ = 1, which Linux requires of host-managed
@@ -223,5 +201,23 @@ int s4k_zones_report (struct s4k_zones *z, uint64_t lba, unsigned option,
  * start), -EINVAL for another condition. */
 int s4k_zones_set_cond (struct s4k_zones *z, uint64_t zone_lba,
                         enum s4k_zone_cond cond);
+
+/* ---- the device's zones (lib/dev.c, lib/dev_sync.c) -------------------
+
+ * On a device with zoned=, s4k_write and s4k_zero (and their s4k_aio_
+ * twins) pass s4k_zones_write before they take a sector lock and fail
+ * with s4k_zone_errno when it refuses; s4k_read passes s4k_zones_read;
+ * on a host-managed device s4k_trim frees conventional zones only (a
+ * sequential zone keeps its blocks mapped, as SBC allows: its data goes
+ * with RESET WRITE POINTER). */
+
+/* The zones of device d, or NULL if it is not zoned. */
+struct s4k_zones *s4k_dev_zones (const struct s4k_dev *d);
+/* ZBC OUT on device d: s4k_zones_op, and for RESET WRITE POINTER the data
+ * below each reset zone's old write pointer discarded (reads return
+ * zeroes, as scsi_debug's reset does).  0, -EINVAL (not zoned), the
+ * store's -errno, or s4k_zone_errno. */
+int s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op,
+                     uint64_t zone_lba, bool all);
 
 #endif

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # make bench: sect4k beside nbdkit's own plugins (null, memory,
 # memory+blocksize, file) in one run; writes the results table into
 # BENCHMARKS.md and the queue-depth plot next to it.  Not part of check.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """sect4k benchmarks beside nbdkit's own plugins, in one run.
 
 Every contender is an nbdkit server on a Unix socket; the client is fio's

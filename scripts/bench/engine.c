@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine alone, no nbdkit: N requests of one kind on a prefilled
  * 64 MiB 512e memory device (size= changes it), at pseudo-random
  * offsets aligned to the request's size (a 16 KiB request lies in one 16 KiB unit, so it is

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The "RMW under latency" table (issue 12): 512-byte writes on a 512e
 device whose writes take 1 ms, so every write is a read-modify-write of
 a 4 KiB physical sector that a drive would take 1 ms over.

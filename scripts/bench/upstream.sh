@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Benchmark: sect4k in front of a slow upstream (issue 16).  The upstream
 # is nbdkit memory behind nbdkit's delay filter (DELAY per read and per
 # write, default 1ms).  fio's nbd engine, JOBS jobs (one connection

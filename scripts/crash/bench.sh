@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # make bench-crash: states checked per second by sect4k-crash for a 64 MiB
 # 512e device, with a trivial checker (true, then nbdinfo, which connects
 # and negotiates).  The log: 100 flush epochs of 4 unflushed 512-byte and

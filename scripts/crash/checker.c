@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: running the checker while serving the state
  * (the files: crash.h). */
 #include "crash.h"

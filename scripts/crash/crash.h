@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash's private header: the types and functions its files share
  * (the program: crash.c's comment in main.c; the model and the options:
  * sect4k-crash.pod).
@@ -48,6 +49,7 @@ void die (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2), noreturn));
 void *xcalloc (size_t n, size_t size);
 void *xrealloc (void *p, size_t n);
+void write_output (const char *path, bool eio);
 extern const char *log_path, *base_path, *until_mark, *state_id, *output,
   *report_path, *geometry_arg;
 extern uint64_t states_limit;
@@ -121,9 +123,14 @@ struct outcome {
   unsigned kind;
   uint64_t arg;                 /* torn: the new LBAs (bit i: the sector's
                                    i-th); garbage: from its arg-th LBA */
+  unsigned base;                /* reverted, torn: the older image is the
+                                   sector's base `base` (0: old) */
 };
 
-/* One touched sector of a state. */
+/* One touched sector of a state.  Its bases: base b is the durable image
+ * with the sector's first b kept writes (b = 0: old, b = nk: new), what
+ * the device holds durable once those were destaged or settled before
+ * the cut (lib/fault_cache.c): reverting or tearing goes back to one. */
 struct tsec {
   uint64_t k;
   unsigned lbas;
@@ -131,7 +138,16 @@ struct tsec {
   unsigned char *old, *new, *img;
   struct outcome o;
   bool unreadable;
-  bool whole;                   /* a kept atomic write covers it: kept */
+  unsigned nk;                  /* the kept unflushed writes touching it */
+  unsigned amin;                /* the lowest base allowed: the last kept
+                                   atomic write among them is in every
+                                   base from it on (0: none) */
+  unsigned char *bases;         /* nk + 1 images of P bytes */
+  unsigned *xb;                 /* the bases past old (and >= amin) whose
+                                   images differ from old, new and each
+                                   other, for enumerating */
+  uint64_t *xdiff;              /* each one's diff from new */
+  unsigned nxb;
 };
 
 struct state {
@@ -149,6 +165,7 @@ void state_set_cp (struct state *st, size_t cpi);
 void state_build (struct state *st);
 uint64_t n_outcomes (const struct tsec *t);
 struct outcome outcome_at (const struct tsec *t, uint64_t i);
+bool base_allowed (const struct tsec *t, unsigned b);
 bool outcome_allowed (const struct tsec *t, struct outcome o);
 uint64_t mix64 (uint64_t z);
 void state_images (struct state *st);

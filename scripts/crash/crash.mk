@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # sect4k-crash (issue 23): the crash states of a write log, each checked.
 #   make                 also builds $(B)/sect4k-crash and sect4k-crash.1
 #                        (scripts/sect4k-crash runs the build's binary)

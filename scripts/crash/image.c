@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: sector maps and the durable image of a crash point
  * (the files: crash.h). */
 #include "crash.h"

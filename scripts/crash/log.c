@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: the geometry and the log: its writes and crash points
  * (the files: crash.h). */
 #include "crash.h"
@@ -54,10 +55,39 @@ add_write (const struct s4k_wlog_entry *e, bool trim, bool durable)
     die ("%s: entry %" PRIu64 ": bytes [%" PRIu64 ", %" PRIu64 ") are past "
          "the end of the device (size %" PRIu64 ")", log_path, e->index,
          e->off, e->off + e->len, g.size);
-  writes = xrealloc (writes, (nwrites + 1) * sizeof *writes);
-  writes[nwrites++] = (struct wr) { e->index, e->off, e->len,
-                                    trim ? NULL : e->data, durable,
-                                    e->flags & S4K_WLOG_ATOMIC };
+  const bool zero = (e->flags & S4K_WLOG_ZERO) && !trim;
+  const uint64_t end = e->off + e->len;
+  uint64_t s1, e1, sn, en;
+  sector_range (s4k_sector_index (&g, e->off), &s1, &e1);
+  sector_range (s4k_sector_index (&g, end - 1), &sn, &en);
+  /* The engine zeroes the whole physical sectors of a zero (durable at
+   * once) but writes a sector it cuts after its RMW, through the cache
+   * unless FUA (lib/dev_plan.h): those pieces are unflushed writes. */
+  const bool head = zero && !(e->flags & S4K_WLOG_FUA) &&
+                    (e->off != s1 || (s1 == sn && end != e1));
+  const bool tail = zero && !(e->flags & S4K_WLOG_FUA) && s1 != sn &&
+                    end != en;
+  uint64_t mid = head ? e1 : e->off, mid_end = tail ? sn : end;
+  if (mid_end < mid)
+    mid_end = mid;
+  struct wr piece[3];
+  size_t n = 0;
+  const unsigned char *d = trim ? NULL : e->data;
+  if (head) {
+    const uint64_t he = end < e1 ? end : e1;
+    piece[n++] = (struct wr) { e->index, e->off, he - e->off, d, false,
+                               false };
+  }
+  if (mid < mid_end)
+    piece[n++] = (struct wr) { e->index, mid, mid_end - mid,
+                               d ? d + (mid - e->off) : NULL, durable,
+                               e->flags & S4K_WLOG_ATOMIC };
+  if (tail)
+    piece[n++] = (struct wr) { e->index, sn, end - sn, d + (sn - e->off),
+                               false, false };
+  writes = xrealloc (writes, (nwrites + n) * sizeof *writes);
+  for (size_t i = 0; i < n; i++)
+    writes[nwrites++] = piece[i];
 }
 
 struct s4k_wlog_reader *reader;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: the crash states of a write log, each served over NBD to a
  * checker (issue 23; the model and the options: scripts/crash/
  * sect4k-crash.pod).
@@ -60,7 +61,7 @@ usage (FILE *fp)
 "Usage: " PROG " LOG --geometry G [--base IMAGE] [--until MARK]\n"
 "         [--states N|all] [--torn POLICY] [--seed S] [--timeout SECS]\n"
 "         [--state ID [--output IMAGE]] [--report FILE.json]\n"
-"         -- CHECKER ARGS...\n"
+"         -- CHECKER ARGS... | --output DIR\n"
 "Every crash state of the write LOG (write-log=), each served over NBD to\n"
 "CHECKER with $SECT4K_URI and $SECT4K_STATE; exit 0 means consistent.\n"
 "  --geometry G    512n, 512e, 512e-xp, 4kn and/or logical=, physical=,\n"
@@ -77,6 +78,8 @@ usage (FILE *fp)
 "  --state ID      only that state: run CHECKER on it, write it with\n"
 "                  --output IMAGE, or without either serve it until\n"
 "                  interrupted\n"
+"  --output DIR    without --state: every state's image to DIR/ID\n"
+"                  (unreadable LBAs in DIR/ID.eio), no checker\n"
 "  --report FILE   the JSON report (docs/crash-report.schema.json)\n"
 "See sect4k-crash(1).\n");
 }
@@ -134,12 +137,16 @@ parse_geometry_arg (void)
          ")", base_path, base_size, g.size);
 }
 
-static void
-write_output (void)
+/* Writes the current state's image to path; its unreadable sectors hold
+ * their old contents, said on stderr, or (eio) listed as LBA ranges in
+ * path.eio. */
+void
+write_output (const char *path, bool eio)
 {
-  int fd = open (output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open (path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  FILE *list = NULL;
   if (fd < 0 || ftruncate (fd, g.size))
-    die ("--output %s: %s", output, strerror (errno));
+    die ("--output %s: %s", path, strerror (errno));
   unsigned char *buf = xcalloc (1, P);
   uint64_t nsec = s4k_sector_count (&g), unreadable = 0;
   for (uint64_t k = 0; k < nsec; k++) {
@@ -153,16 +160,26 @@ write_output (void)
     if (read_sector (k, buf) == -EIO) {
       unreadable++;
       read_durable (k, buf);
-      fprintf (stderr, PROG ": --output %s: physical sector %" PRIu64
-               " (LBAs %" PRIu64 "-%" PRIu64 ") is unreadable in this "
-               "state; the image holds its old contents\n", output, k,
-               s / L, (e - 1) / L);
+      if (eio) {
+        if (!list) {
+          char name[PATH_MAX];
+          snprintf (name, sizeof name, "%s.eio", path);
+          if (!(list = fopen (name, "w")))
+            die ("--output %s: %s", name, strerror (errno));
+        }
+        fprintf (list, "%" PRIu64 "-%" PRIu64 "\n", s / L, (e - 1) / L);
+      }
+      else
+        fprintf (stderr, PROG ": --output %s: physical sector %" PRIu64
+                 " (LBAs %" PRIu64 "-%" PRIu64 ") is unreadable in this "
+                 "state; the image holds its old contents\n", path, k,
+                 s / L, (e - 1) / L);
     }
     if (pwrite (fd, buf, e - s, s) != (ssize_t) (e - s))
-      die ("--output %s: %s", output, strerror (errno));
+      die ("--output %s: %s", path, strerror (errno));
   }
-  if (close (fd))
-    die ("--output %s: %s", output, strerror (errno));
+  if (close (fd) || (list && fclose (list)))
+    die ("--output %s: %s", path, strerror (errno));
   free (buf);
 }
 
@@ -241,10 +258,19 @@ main (int argc, char **argv)
     die ("no LOG given (" PROG " --help)");
   if (!geometry_arg)
     die ("--geometry is required (e.g. --geometry 512e)");
-  if (!checker && !state_id)
+  if (!checker && !state_id && !output)
     die ("no checker given (" PROG " LOG --geometry G -- CHECKER ARGS...)");
-  if (output && !state_id)
-    die ("--output needs --state ID");
+  if (output && !state_id) {
+    struct stat st;
+    if (checker)
+      die ("--output %s: without --state it writes every state to a "
+           "directory, instead of a checker", output);
+    if (stat (output, &st))
+      die ("--output %s: %s", output, strerror (errno));
+    if (!S_ISDIR (st.st_mode))
+      die ("--output %s: not a directory (without --state it writes every "
+           "state there)", output);
+  }
   char err[512];
   if (s4k_wlog_open (&reader, log_path, 0, err, sizeof err))
     die ("%s", err);
@@ -268,7 +294,7 @@ main (int argc, char **argv)
     state_images (&cur);
     char *canon = state_id_of (&cur);
     if (output) {
-      write_output ();
+      write_output (output, false);
       fprintf (stderr, PROG ": state %s written to %s\n", canon, output);
     }
     if (!checker) {
@@ -340,7 +366,7 @@ main (int argc, char **argv)
       else
         fprintf (fp, "\"all\"");
       fprintf (fp, ", \"timeout\": %g,\n \"checker\": [", timeout_s);
-      for (char **a = checker; *a; a++) {
+      for (char **a = checker; a && *a; a++) {
         fprintf (fp, "%s", a == checker ? "" : ", ");
         json_str (fp, *a);
       }
@@ -356,11 +382,14 @@ main (int argc, char **argv)
   }
   printf (PROG ": %s, geometry logical=%" PRIu32 " physical=%" PRIu32
           " alignment-offset=%" PRIu32 ", torn=%s: %zu crash points, %"
-          PRIu64 " states in %.1fs: %" PRIu64 " checked (%" PRIu64
-          " consistent, %" PRIu64 " failed), %" PRIu64 " not checked\n",
-          log_path, L, P, g.alignment, torn_names[torn], ncps, tally.states,
-          secs, tally.checked, tally.consistent, tally.failed,
-          tally.not_checked);
+          PRIu64 " states in %.1fs", log_path, L, P, g.alignment,
+          torn_names[torn], ncps, tally.states, secs);
+  if (checker)
+    printf (": %" PRIu64 " checked (%" PRIu64 " consistent, %" PRIu64
+            " failed), %" PRIu64 " not checked\n", tally.checked,
+            tally.consistent, tally.failed, tally.not_checked);
+  else
+    printf (", written to %s\n", output);
   fwrite (sumbuf, 1, sumlen, stdout);
   free (repbuf);
   free (sumbuf);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: the NBD server that serves a state
  * (the files: crash.h). */
 #include "crash.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: the JSON report and the summary
  * (the files: crash.h). */
 #include "crash.h"
@@ -39,15 +40,18 @@ reason_of (struct run r)
   return s;
 }
 
-/* The LBAs of sector t whose contents are neither the old nor the new. */
+/* The LBAs of sector t whose contents are neither the old (or the base
+ * reverted or torn to) nor the new. */
 static void
 damaged_lbas (const struct tsec *t, uint64_t **out, size_t *n)
 {
   uint64_t s, e;
   sector_range (t->k, &s, &e);
+  const unsigned char *old = t->bases + (uint64_t) t->o.base * P;
   for (unsigned l = 0; l < t->lbas; l++) {
     const uint64_t o = (uint64_t) l * L;
     if (t->unreadable || (memcmp (t->img + o, t->old + o, L) &&
+                          memcmp (t->img + o, old + o, L) &&
                           memcmp (t->img + o, t->new + o, L))) {
       *out = xrealloc (*out, (*n + 1) * sizeof **out);
       (*out)[(*n)++] = s / L + l;
@@ -158,6 +162,8 @@ report_state (FILE *fp, FILE *sum, const char *id, struct run r,
       }
       if (t->o.kind == O_GARBAGE)
         fprintf (fp, ", \"garbage_lba\": %" PRIu64, s / L + t->o.arg);
+      if (t->o.base)
+        fprintf (fp, ", \"base\": %u", t->o.base);
       size_t before = ndmg;
       damaged_lbas (t, &dmg, &ndmg);
       fprintf (fp, ", \"damaged_lbas\": ");

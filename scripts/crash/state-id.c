@@ -1,4 +1,6 @@
-/* sect4k-crash: state IDs (CP-KEPT-OUTCOMES, e.g. 3-5-k.g2*2.r)
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* sect4k-crash: state IDs (CP-KEPT-OUTCOMES, e.g. 3-5-k.g2*2.r, or
+ * 1-3-r@1.k: a base past old after r or tMASK)
  * (the files: crash.h). */
 #include "crash.h"
 
@@ -29,13 +31,16 @@ state_id_of (const struct state *st)
   for (size_t i = 0; i < st->nt;) {
     size_t j = i + 1;
     while (j < st->nt && st->t[j].o.kind == st->t[i].o.kind &&
-           st->t[j].o.arg == st->t[i].o.arg)
+           st->t[j].o.arg == st->t[i].o.arg &&
+           st->t[j].o.base == st->t[i].o.base)
       j++;
     fprintf (fp, "%s%c", i ? "." : "", outcome_char[st->t[i].o.kind]);
     if (st->t[i].o.kind == O_TORN)
       fprintf (fp, "%" PRIx64, st->t[i].o.arg);
     else if (st->t[i].o.kind == O_GARBAGE)
       fprintf (fp, "%" PRIu64, st->t[i].o.arg);
+    if (st->t[i].o.base)
+      fprintf (fp, "@%u", st->t[i].o.base);
     if (j - i > 1)
       fprintf (fp, "*%zu", j - i);
     i = j;
@@ -84,12 +89,23 @@ state_parse (struct state *st, const char *id)
     const char *p = strchr (outcome_char, *o);
     if (!p || !*o)
       die ("--state %s: outcome '%c': not one of %s", id, *o, outcome_char);
-    struct outcome oc = { p - outcome_char, 0 };
+    struct outcome oc = { p - outcome_char, 0, 0 };
     o++;
     if (oc.kind == O_TORN)
       oc.arg = strtoull (o, &end, 16), o = end;
     else if (oc.kind == O_GARBAGE)
       oc.arg = strtoull (o, &end, 10), o = end;
+    if (*o == '@') {
+      if (oc.kind != O_REVERTED && oc.kind != O_TORN)
+        die ("--state %s: outcome %s takes no base (@B: after r or t "
+             "only)", id, outcome_names[oc.kind]);
+      errno = 0;
+      unsigned long b = strtoul (o + 1, &end, 10);
+      if (errno || end == o + 1 || b == 0 || b > UINT_MAX)
+        die ("--state %s: a base (@B) is a positive number", id);
+      oc.base = b;
+      o = end;
+    }
     unsigned long long rep = 1;
     if (*o == '*')
       rep = strtoull (o + 1, &end, 10), o = end;
@@ -101,11 +117,31 @@ state_parse (struct state *st, const char *id)
       if (ti >= st->nt)
         die ("--state %s: more outcomes than the %zu physical sectors the "
              "kept writes touch", id, st->nt);
-      if (st->t[ti].whole && oc.kind != O_KEPT)
+      const struct tsec *t = &st->t[ti];
+      if (t->amin && !outcome_allowed (t, oc) &&
+          (t->amin == t->nk || (oc.base < t->amin &&
+                                (oc.kind == O_REVERTED ||
+                                 oc.kind == O_TORN)))) {
+        if (t->amin == t->nk)
+          die ("--state %s: outcome %s for physical sector %" PRIu64 ": a "
+               "kept atomic write covers it, so it is kept", id,
+               outcome_names[oc.kind], t->k);
         die ("--state %s: outcome %s for physical sector %" PRIu64 ": a "
-             "kept atomic write covers it, so it is kept", id,
-             outcome_names[oc.kind], st->t[ti].k);
-      if (!outcome_allowed (&st->t[ti], oc))
+             "kept atomic write covers it, so only its later writes are "
+             "interrupted (a base from @%u on)", id,
+             outcome_names[oc.kind], t->k, t->amin);
+      }
+      const unsigned lo = t->amin > 1 ? t->amin : 1;
+      if (oc.base && !base_allowed (t, oc.base)) {
+        if (lo >= t->nk)
+          die ("--state %s: base @%u for physical sector %" PRIu64 ": it "
+               "has no base past old (%u kept unflushed write%s)", id,
+               oc.base, t->k, t->nk, t->nk == 1 ? "" : "s");
+        die ("--state %s: base @%u for physical sector %" PRIu64 ": its "
+             "bases past old are @%u to @%u", id, oc.base, t->k, lo,
+             t->nk - 1);
+      }
+      if (!outcome_allowed (t, oc))
         die ("--state %s: outcome %s for physical sector %" PRIu64 " is "
              "not one torn=%s allows there", id, outcome_names[oc.kind],
              st->t[ti].k, torn_names[torn]);

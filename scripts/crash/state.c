@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-crash: a state: the kept writes, each sector's outcome, the images
  * (the files: crash.h). */
 #include "crash.h"
@@ -46,8 +47,22 @@ state_free_sectors (struct state *st)
     free (st->t[i].old);
     free (st->t[i].new);
     free (st->t[i].img);
+    free (st->t[i].bases);
+    free (st->t[i].xb);
+    free (st->t[i].xdiff);
   }
   st->nt = 0;
+}
+
+/* Bit i: LBA i of the sector differs between img and new. */
+static uint64_t
+lba_diff (const struct tsec *t, const unsigned char *img)
+{
+  uint64_t d = 0;
+  for (unsigned l = 0; l < t->lbas && l < 64; l++)
+    if (memcmp (img + (uint64_t) l * L, t->new + (uint64_t) l * L, L))
+      d |= 1ULL << l;
+  return d;
 }
 
 /* From the kept set: the touched sectors with their old and new images
@@ -93,23 +108,50 @@ state_build (struct state *st)
     t->old = xcalloc (1, P);
     t->new = xcalloc (1, P);
     t->img = xcalloc (1, P);
-    t->o = (struct outcome) { O_KEPT, 0 };
+    t->o = (struct outcome) { O_KEPT, 0, 0 };
     t->unreadable = false;
-    t->whole = false;
-    read_durable (t->k, t->old);
-    read_flushed (t->k, t->new);
+    /* Its kept unflushed writes, and the last atomic one among them:
+     * reverting or tearing the sector to a base without that write would
+     * tear it (dropping it whole is the kept set without it). */
+    t->nk = t->amin = 0;
     for (size_t j = c->f; j < c->nw; j++)
-      if (in[j - c->f] && first_sector (&writes[j]) <= t->k &&
+      if (in[j - c->f] && !writes[j].durable_early &&
+          first_sector (&writes[j]) <= t->k &&
           last_sector (&writes[j]) >= t->k) {
-        apply (&writes[j], t->k, t->new);
-        /* Reverting or tearing the sector would tear the atomic write;
-         * dropping it whole is the kept set without it. */
-        t->whole |= writes[j].atomic && !writes[j].durable_early;
+        t->nk++;
+        if (writes[j].atomic)
+          t->amin = t->nk;
       }
-    t->diff = 0;
-    for (unsigned l = 0; l < t->lbas && l < 64; l++)
-      if (memcmp (t->old + (uint64_t) l * L, t->new + (uint64_t) l * L, L))
-        t->diff |= 1ULL << l;
+    /* Base b: the durable-early writes and the first b kept ones. */
+    t->bases = xcalloc (t->nk + 1, P);
+    for (unsigned b = 0; b <= t->nk; b++) {
+      unsigned char *img = t->bases + (uint64_t) b * P;
+      unsigned rank = 0;
+      read_flushed (t->k, img);
+      for (size_t j = c->f; j < c->nw; j++)
+        if (in[j - c->f] && first_sector (&writes[j]) <= t->k &&
+            last_sector (&writes[j]) >= t->k &&
+            (writes[j].durable_early || rank++ < b))
+          apply (&writes[j], t->k, img);
+    }
+    memcpy (t->old, t->bases, e - s);
+    memcpy (t->new, t->bases + (uint64_t) t->nk * P, e - s);
+    t->diff = lba_diff (t, t->old);
+    /* The bases past old worth enumerating: distinct images only. */
+    t->xb = xcalloc (t->nk + 1, sizeof *t->xb);
+    t->xdiff = xcalloc (t->nk + 1, sizeof *t->xdiff);
+    t->nxb = 0;
+    for (unsigned b = t->amin > 1 ? t->amin : 1; b < t->nk; b++) {
+      const unsigned char *img = t->bases + (uint64_t) b * P;
+      bool dup = memcmp (img, t->new, e - s) == 0 ||
+                 (t->amin == 0 && memcmp (img, t->old, e - s) == 0);
+      for (unsigned x = 0; x < t->nxb && !dup; x++)
+        dup = memcmp (img, t->bases + (uint64_t) t->xb[x] * P, e - s) == 0;
+      if (!dup) {
+        t->xdiff[t->nxb] = lba_diff (t, img);
+        t->xb[t->nxb++] = b;
+      }
+    }
   }
   st->nt = u;
   free (in);
@@ -117,32 +159,56 @@ state_build (struct state *st)
 }
 
 /* How many outcomes the policy allows sector t (those that give distinct
- * images): kept and reverted, and what an interrupted write leaves.
- * Matches lib/fault_cut.c's fault_cut_locked: a torn mix needs two
- * logical sectors (so does unreadable, its variant); garbage and zero do
- * not. */
+ * images): kept, reverted (to old, or to a base past it), and what an
+ * interrupted write leaves.  Matches lib/fault_cut.c's fault_cut_locked:
+ * a torn mix needs two logical sectors (so does unreadable, its
+ * variant); garbage and zero do not.  A dirty sector's older image there
+ * is whatever the device made durable before the cut: old, or (destaged
+ * when the cache was full, or made durable by a FUA write, zero or trim
+ * over it, or by settling an atomic unit, lib/fault_cache.c) a base. */
 static uint64_t
-n_torn_masks (const struct tsec *t)
+n_torn_masks (const struct tsec *t, uint64_t diff)
 {
-  const int d = __builtin_popcountll (t->diff);
+  const int d = __builtin_popcountll (diff);
   if (t->lbas < 2 || d < 2)
     return 0;
   return d >= 63 ? UINT64_MAX / 4 : (1ULL << d) - 2;
 }
 
+static uint64_t
+sat_add (uint64_t a, uint64_t b)
+{
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* The outcomes of an interrupted write that do not depend on the base. */
+static uint64_t
+n_interrupted (const struct tsec *t)
+{
+  switch (torn) {
+  case S4K_TORN_UNREADABLE: return t->lbas > 1;
+  case S4K_TORN_GARBAGE: return t->lbas;
+  case S4K_TORN_ZERO: return 1;
+  default: return 0;
+  }
+}
+
 uint64_t
 n_outcomes (const struct tsec *t)
 {
-  if (t->whole)
+  /* Its last kept write is atomic: kept whole. */
+  if (t->amin == t->nk)
     return 1;
-  uint64_t n = t->diff ? 2 : 1;         /* kept (= reverted if equal) */
-  switch (torn) {
-  case S4K_TORN_NONE: break;
-  case S4K_TORN_SECTOR: n += n_torn_masks (t); break;
-  case S4K_TORN_UNREADABLE: n += t->lbas > 1; break;
-  case S4K_TORN_GARBAGE: n += t->lbas; break;
-  case S4K_TORN_ZERO: n += 1; break;
+  uint64_t n = 1;
+  if (t->amin == 0) {
+    n += t->diff != 0;                  /* reverted (= kept if equal) */
+    if (torn == S4K_TORN_SECTOR)
+      n = sat_add (n, n_torn_masks (t, t->diff));
   }
+  n = sat_add (n, n_interrupted (t));
+  for (unsigned x = 0; x < t->nxb; x++)
+    n = sat_add (n, 1 + (torn == S4K_TORN_SECTOR ?
+                         n_torn_masks (t, t->xdiff[x]) : 0));
   return n;
 }
 
@@ -161,37 +227,73 @@ deposit (uint64_t x, uint64_t mask)
   return r;
 }
 
+/* In n_outcomes' order: kept; over old, reverted and the torn mixes;
+ * the interrupted write's other outcomes; then over each base past old,
+ * reverted and the torn mixes.  Logs whose sectors have one kept write
+ * each (or whose bases add no image) keep the order they always had. */
 struct outcome
 outcome_at (const struct tsec *t, uint64_t i)
 {
   if (i == 0)
-    return (struct outcome) { O_KEPT, 0 };
-  if (t->diff && i == 1)
-    return (struct outcome) { O_REVERTED, 0 };
-  i -= t->diff ? 2 : 1;
-  switch (torn) {
-  case S4K_TORN_SECTOR:
-    return (struct outcome) { O_TORN, deposit (i + 1, t->diff) };
-  case S4K_TORN_UNREADABLE:
-    return (struct outcome) { O_UNREADABLE, 0 };
-  case S4K_TORN_GARBAGE:
-    return (struct outcome) { O_GARBAGE, i };
-  default:
-    return (struct outcome) { O_ZERO, 0 };
+    return (struct outcome) { O_KEPT, 0, 0 };
+  i--;
+  if (t->amin == 0) {
+    if (t->diff && i-- == 0)
+      return (struct outcome) { O_REVERTED, 0, 0 };
+    if (torn == S4K_TORN_SECTOR) {
+      const uint64_t m = n_torn_masks (t, t->diff);
+      if (i < m)
+        return (struct outcome) { O_TORN, deposit (i + 1, t->diff), 0 };
+      i -= m;
+    }
   }
+  const uint64_t m = n_interrupted (t);
+  if (i < m) {
+    switch (torn) {
+    case S4K_TORN_UNREADABLE: return (struct outcome) { O_UNREADABLE, 0, 0 };
+    case S4K_TORN_GARBAGE: return (struct outcome) { O_GARBAGE, i, 0 };
+    default: return (struct outcome) { O_ZERO, 0, 0 };
+    }
+  }
+  i -= m;
+  for (unsigned x = 0; x < t->nxb; x++) {
+    if (i-- == 0)
+      return (struct outcome) { O_REVERTED, 0, t->xb[x] };
+    if (torn == S4K_TORN_SECTOR) {
+      const uint64_t n = n_torn_masks (t, t->xdiff[x]);
+      if (i < n)
+        return (struct outcome) { O_TORN, deposit (i + 1, t->xdiff[x]),
+                                  t->xb[x] };
+      i -= n;
+    }
+  }
+  return (struct outcome) { O_KEPT, 0, 0 };     /* not reached */
+}
+
+/* Base b is one the device can revert or tear the sector to. */
+bool
+base_allowed (const struct tsec *t, unsigned b)
+{
+  return b == 0 ? t->amin == 0 : b >= t->amin && b < t->nk;
 }
 
 bool
 outcome_allowed (const struct tsec *t, struct outcome o)
 {
-  if (t->whole)
-    return o.kind == O_KEPT;
+  if (o.base && o.kind != O_REVERTED && o.kind != O_TORN)
+    return false;
+  /* Only kept when its last kept write is atomic. */
+  if (o.kind != O_KEPT && t->amin == t->nk)
+    return false;
   switch (o.kind) {
   case O_KEPT: return true;
-  case O_REVERTED: return true;
-  case O_TORN:
-    return torn == S4K_TORN_SECTOR && n_torn_masks (t) &&
-           (o.arg & ~t->diff) == 0 && o.arg && o.arg != t->diff;
+  case O_REVERTED: return base_allowed (t, o.base);
+  case O_TORN: {
+    if (torn != S4K_TORN_SECTOR || !base_allowed (t, o.base))
+      return false;
+    const uint64_t d = lba_diff (t, t->bases + (uint64_t) o.base * P);
+    return n_torn_masks (t, d) && (o.arg & ~d) == 0 && o.arg && o.arg != d;
+  }
   case O_UNREADABLE: return torn == S4K_TORN_UNREADABLE && t->lbas > 1;
   case O_GARBAGE: return torn == S4K_TORN_GARBAGE && o.arg < t->lbas;
   case O_ZERO: return torn == S4K_TORN_ZERO;
@@ -222,12 +324,15 @@ state_images (struct state *st)
     t->unreadable = false;
     switch (t->o.kind) {
     case O_KEPT: memcpy (t->img, t->new, n); break;
-    case O_REVERTED: memcpy (t->img, t->old, n); break;
+    case O_REVERTED:
+      memcpy (t->img, t->bases + (uint64_t) t->o.base * P, n);
+      break;
     case O_TORN:
       for (unsigned l = 0; l < t->lbas; l++)
         memcpy (t->img + (uint64_t) l * L,
-                (l < 64 && (t->o.arg >> l & 1) ? t->new : t->old)
-                + (uint64_t) l * L, L);
+                (l < 64 && (t->o.arg >> l & 1) ? t->new
+                 : t->bases + (uint64_t) t->o.base * P) + (uint64_t) l * L,
+                L);
       break;
     case O_UNREADABLE:
       memcpy (t->img, t->old, n);

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The tools on the PATH after `make install` (and in the sect4k-tools
 # package): the scripts under their own names, the C tools sect4k-crash and
 # sect4k-wlog-dump (installed as the programs themselves; scripts/sect4k-crash

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """sect4k-crash on bad input: a truncated or corrupt log, a log of another
 geometry: one clear line, exit 2.  A checker that hangs (--timeout) or
 crashes: the report says which states were not checked and why.  A state
@@ -109,4 +110,23 @@ for sid, want in (("0-1-r.k", 2), ("0-1-k*2", 0)):
                                       len(r5.stderr.strip().splitlines()) == 1),
            "--state %s of an atomic write: exit %d %s" % (sid, r5.returncode,
                                                        r5.stderr.strip()))
+# A plain write inside a kept atomic write's sector (after it: it settled
+# the unit) may tear that sector back to the atomic write's data (@1);
+# never below it, and the atomic write's other sector stays kept.
+alog2 = os.path.join(tmp, "atomic2.log")
+w = wlogfmt.LogWriter(alog2, 1 << 20, 512, 4096)
+w.write(4096, b"\xa5" * 8192, atomic=True)
+w.write(4608, b"\x5a" * 512)
+w.close()
+for sid, want, why in (("0-3-g0.k", 0, ""), ("0-3-r@1.k", 0, ""),
+                       ("0-3-r.k", 2, "atomic"), ("0-3-k.g0", 2, "atomic"),
+                       ("0-3-r@2.k", 2, "base"), ("0-1-r@1.k", 2, "atomic"),
+                       ("0-3-g0@1.k", 2, "base")):
+    r6 = subprocess.run([CRASH, alog2, "--geometry", "512e", "--torn",
+                         "garbage", "--state", sid, "--", "true"],
+                        capture_output=True, text=True)
+    tap.ok(r6.returncode == want and (want == 0 or why in r6.stderr and
+                                      len(r6.stderr.strip().splitlines()) == 1),
+           "--state %s after a plain write inside an atomic one: exit %d %s"
+           % (sid, r6.returncode, r6.stderr.strip()))
 tap.done_testing()

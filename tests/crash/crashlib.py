@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Helpers for tests/crash/*.t: the tool, the toy WAL and the schema."""
 import json
 import os

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """A checker for oracle.t: writes each logical sector's bytes (or E for
 one that fails with EIO) of $SECT4K_URI to DIR/$SECT4K_STATE."""
 import os

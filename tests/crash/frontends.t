@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The toy WAL's workload through a real export with write-log=, on both
 front ends (sect4k-server and nbdkit + the plugin): sect4k-crash finds the
 broken WAL's failure on 512e from either log, and both give the same

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """A brute-force oracle for sect4k-crash on small logs: every state the
 device could reach per the fault layer's model (README "Faults",
 lib/fault.c: per physical sector kept, reverted or the torn= outcome of
@@ -6,10 +7,13 @@ an interrupted write, over the durable prefix and any subset of the
 unflushed writes) is enumerated here independently, per logical sector,
 and compared with what the tool serves with --states all: every state it
 generates is allowed, and every allowed state is generated.  Garbage is
-compared as "neither a value ever written there nor zeroes".  A second
-log has atomic writes (S4K_WLOG_ATOMIC, whole physical sectors as the
-engine makes them): a sector outcome is allowed only if every kept atomic
-write's LBAs hold their new values (all or nothing, whatever torn=)."""
+compared as "neither a value ever written there nor zeroes".  A sector
+reverted or torn goes back to the durable image or, as the device's
+destaging, FUA writes and settled atomic units leave it, to the image
+with its first b kept writes.  A second log has atomic writes
+(S4K_WLOG_ATOMIC, whole physical sectors as the engine makes them): a
+sector only goes back to an image with the last kept atomic write over
+it (all or nothing, whatever torn=), and with none after it is kept."""
 import itertools
 import os
 import subprocess
@@ -86,18 +90,33 @@ def oracle(path, physical, torn):
                         new[lba:lba + len(d)] = d
                 touched = sorted({(writes[i][0] + j) // per for i in S
                                   for j in range(len(writes[i][1]))})
-                whole = {writes[i][0] + j for i in S if writes[i][3]
-                         for j in range(len(writes[i][1]))}
                 choices = []
                 for p in touched:
                     lbas = range(p * per, (p + 1) * per)
-                    opts = [{x: new[x] for x in lbas},
-                            {x: old[x] for x in lbas}]
-                    if torn == "sector" and per > 1:
-                        for m in itertools.product((0, 1), repeat=per):
-                            if 0 < sum(m) < per:
-                                opts.append({x: (new if m[k] else old)[x]
-                                             for k, x in enumerate(lbas)})
+                    kept = [i for i in S if any(
+                        p * per <= writes[i][0] + j < (p + 1) * per
+                        for j in range(len(writes[i][1])))]
+                    # base b: the durable image with the first b kept
+                    # writes (destaged or settled before the cut); from
+                    # the last kept atomic write on
+                    a = max((n + 1 for n, i in enumerate(kept)
+                             if writes[i][3]), default=0)
+                    opts = [{x: new[x] for x in lbas}]
+                    for b in range(a, len(kept)):
+                        base = list(flushed)
+                        for i in epoch:
+                            lba, d, early, _ = writes[i]
+                            if early or i in kept[:b]:
+                                base[lba:lba + len(d)] = d
+                        opts.append({x: base[x] for x in lbas})
+                        if torn == "sector" and per > 1:
+                            for m in itertools.product((0, 1), repeat=per):
+                                if 0 < sum(m) < per:
+                                    opts.append({x: (new if m[k] else base)[x]
+                                                 for k, x in enumerate(lbas)})
+                    if a == len(kept):
+                        choices.append(opts)
+                        continue
                     if torn == "unreadable" and per > 1:
                         opts.append({x: "E" for x in lbas})
                     if torn == "garbage":
@@ -106,9 +125,7 @@ def oracle(path, physical, torn):
                                          for k, x in enumerate(lbas)})
                     if torn == "zero":
                         opts.append({x: zero for x in lbas})
-                    choices.append([o for o in opts
-                                    if all(o[x] == new[x] for x in lbas
-                                           if x in whole)])
+                    choices.append(opts)
                 for combo in itertools.product(*choices):
                     img = list(old)
                     for o in combo:

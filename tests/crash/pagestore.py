@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """A toy page store, as the workload and the checker of sect4k-crash's
 atomic-write tests (issue 27): what a database without a doublewrite
 buffer or full-page writes does, and what atomic writes make safe.

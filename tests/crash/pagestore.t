@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Atomic writes in sect4k-crash (issue 27): the toy page store (16 KiB
 pages with a checksum, rewritten in place, no doublewrite) recorded with
 write-log= by sect4k-server, on 512e and 4kn.  Without atomic writes

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """write-log= against xfstests' replay-log, the tool dm-log-writes users
 replay logs with (issue 29 item 5), built from $SECT4K_REPLAY_LOG_SRC or
 shared/replay-log beside the repository (the whole file skips where

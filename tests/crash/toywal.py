@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """A toy write-ahead log, as the workload and the checker of sect4k-crash's
 tests (issue 23).
 

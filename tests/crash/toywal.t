@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """sect4k-crash finds the broken toy WAL's failure on 512e with
 torn=garbage (a 512-byte commit's RMW destroys committed records next to
 it), and nothing on 4kn or 512n; the correct WAL passes everywhere."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The write log's format (docs/write-log.md, dm-log-writes' on-disk
 layout) for the tests: a writer that makes the small logs the oracle and
 the bad-input tests need, byte for byte what lib/wlog.c writes, and a

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The Debian packages (issue 28): `make deb` builds them from a clean copy
 # of the tree (into a temporary DEB_OUT, leaving the tree as it was),
 # lintian finds no errors, each package holds what it should, and unpacked

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The engine's asynchronous requests over the file store, from two event
 # loops with many requests each (see tests/file/aio.c), buffered and
 # O_DIRECT (and the memory store, which answers at once), in a directory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine's asynchronous requests (s4k_aio) over the file store, driven
  * by event loops like the server's: each loop thread has one ring and
  * many request slots, and each slot writes only its own logical sectors,

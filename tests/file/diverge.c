@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The two drivers of the engine's one request plan must never diverge:
  * the same seeded random script of writes (whole and cutting into
  * physical sectors), zeroes, trims, reads, flushes and extents, with FUA,

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The synchronous and the asynchronous driver of the engine's one request
 # plan give the same results, bytes, extents and statistics for the same
 # random script, on the memory and the file store (see

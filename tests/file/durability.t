@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Durability: write through a client (aligned writes, RMW writes, zeroes,
 trims), flush, then FUA writes; kill nbdkit with SIGKILL; a new server on
 the same file must read back everything flushed or written with FUA.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # ENOSPC loses nothing: on a full tmpfs, a 512-byte write into a physical
 # sector that is half allocated (alignment-offset=2048 puts sector 1 on
 # the second half of page 0 and the first half of page 1, a hole) fails

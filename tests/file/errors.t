@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # file= errors: each bad case stops nbdkit with exit 1 and one line naming
 # what is wrong; a block device takes its own size; direct=true refused
 # where O_DIRECT cannot work; ENOSPC from a full tmpfs reaches the client

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # File store tests: tests/file/*.c, each built to $(B)/tests/file-NAME
 # against the engine (and the store's private header in lib/).
 FILE_TESTS := $(patsubst tests/file/%.c,$(B)/tests/file-%,$(wildcard tests/file/*.c))

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The file store on file systems that zero differently: tmpfs and ext2
 have no FALLOC_FL_ZERO_RANGE (the store punches a hole and allocates
 again), ext4 has both.  Random ops against a model, fast zero, extents,

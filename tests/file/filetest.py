@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Shared by the file store tests: a model checker, extents check, where
 to put data files, and how many io_uring instances a process holds."""
 import os

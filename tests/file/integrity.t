@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The file store through nbdkit and libnbd: random reads, writes, zeroes
 and trims checked against a model, extents, strict refusals, on several
 geometries, through io_uring, pread/pwrite (io=sync and SECT4K_NO_URING=1)

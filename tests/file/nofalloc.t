@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """A file system without fallocate (an LD_PRELOAD shim fails every mode
 with EOPNOTSUPP): the store writes zeroes instead, does not offer fast
 zero (clients then never get a slow zero for a fast one), and trim is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* noring COMMAND...: runs COMMAND under a seccomp filter that refuses
  * io_uring_setup with EPERM, as a container's policy may. */
 #define _GNU_SOURCE

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Where a seccomp policy refuses io_uring_setup (EPERM), the file store
 falls back to pread/pwrite by itself: same data, no io_uring instance,
 one debug line saying so."""

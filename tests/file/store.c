@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The file store under the engine, against a byte-array model: random
  * reads, writes, zeroes and trims (with RMW at the edges) on several
  * geometries, through io_uring and through pread/pwrite, buffered and

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The file store under the engine against a model (see tests/file/store.c),
 # in a directory on the build's file system (tmpfs may refuse O_DIRECT).
 . "$(dirname "$0")/../lib.sh"

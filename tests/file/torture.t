@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Concurrency torture on the file store (the client of tests/plugin/torture.c):
 # racing RMWs of neighbouring logical sectors with aligned writes, zeroes
 # and trims from 8 connections, checked for lost or torn updates, through

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # sect4k-qemu-args against real sect4k exports on the host, and the argument
 # errors of sect4k-attach and sect4k-qemu-args (this host has no nbd driver:
 # attaching is tested inside the guests of linux-*.t).

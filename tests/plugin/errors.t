@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The plugin under nbdkit answers with the NBD spec's error codes (see
 tests/errcodes.py; tests/server/errors.t checks sect4k-server the same
 way)."""

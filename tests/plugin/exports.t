@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Named exports through nbdkit: see tests/exportscheck.py."""
 import os
 import socket

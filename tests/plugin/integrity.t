@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Through a real client (libnbd): advertised block sizes, random reads,
 writes, zeroes and trims checked byte for byte against a model, strict
 refusals, strict=false service, extents, description, RMW debug log."""

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The sparse memory store: an empty 10 GiB device is cheap, memory grows
 with what is written (at 4 KiB / physical granularity), and zeroing or
 trimming whole sectors gives it back.  RSS is read from /proc."""

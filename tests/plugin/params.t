@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Every bad parameter stops nbdkit with exit 1 and one line naming the key,
 # the value and the rule; --help, --dump-plugin and the magic key work.
 . "$(dirname "$0")/../lib.sh"
@@ -47,13 +48,29 @@ bad "cut-report=: the path is empty" size=1G cut-report=
 bad "bad-sectors=5-2" size=1M bad-sectors=5-2
 bad "LBA 2048 is beyond the last LBA 2047" size=1M bad-sectors=7,2048
 bad "control=/nonexistent/ctl" size=1M control=/nonexistent/ctl
+# Zoned drives (issue 33): the keys, and NBD, which has no zone commands.
+bad "zoned=host-managed: NBD has no zone commands (a client would see a plain disk): serve a zoned drive with sect4k-server --scsi" \
+  size=64M zoned=host-managed zone-size=4M
+bad "zone-size=4M: needs zoned=host-managed or zoned=host-aware" size=64M zone-size=4M
+bad "zoned=smr: must be host-managed, host-aware or none" size=64M zoned=smr
+bad "zoned= and file=$tmpdir/z.img: zone state is not kept in the file yet" \
+  size=64M zoned=host-managed zone-size=4M file="$tmpdir/z.img"
+# The filter too (over nbdkit's memory plugin).
+filter=${SECT4K_FILTER:-$(dirname "$SECT4K_PLUGIN")/sect4k-filter.so}
+out=$(nbdkit_san --exit-with-parent -U - --filter="$filter" memory 64M \
+      zoned=host-managed zone-size=4M --run true 2>&1)
+st=$?
+printf '%s' "$out" | grep -qF "zoned=host-managed: NBD has no zone commands (a client would see a plain disk): serve a zoned drive with sect4k-server --scsi"
+ok $(( st != 1 || $? )) "the filter refuses zoned= naming sect4k-server --scsi"
+[ "$st" = 1 ] || diag "$out"
 
 . "$(dirname "$0")/../exports-refusals.sh"
 
 help=$(nbdkit_san "$SECT4K_PLUGIN" --help 2>&1)
 for key in size= logical= physical= alignment-offset= lowest-aligned= model= export= exports= \
            max-request= strict= file= direct= io= write-cache= write-cache-size= \
-           power-cut-after= torn= seed= cut-report= bad-sectors= control=; do
+           power-cut-after= torn= seed= cut-report= bad-sectors= control= \
+           zoned= zone-size= zone-conventional= zone-max-open= zone-max-active=; do
   printf '%s' "$help" | grep -q -- "^$key"
   ok $? "--help lists $key"
 done

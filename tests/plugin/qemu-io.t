@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # qemu's NBD client as a second real client: it reads the block sizes and
 # does its own read-modify-write below the minimum, so unaligned writes
 # against a 4kn export succeed and the server never sees a misaligned

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # make run: serves the default 512e 10G device on loopback TCP, prints the
 # URI, the geometry and how to attach, and stops on Ctrl-C (SIGINT).
 . "$(dirname "$0")/../lib.sh"

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """statsfile= (periodic and at exit, atomically, valid against the schema),
 stats=true (summary on stderr), scripts/sect4k-stats (table and plot)."""
 import json

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Reads never return a torn logical sector, through nbdkit (see
 # tests/torn.sh and tests/plugin/torn.c; issue 21).
 . "$(dirname "$0")/../lib.sh"

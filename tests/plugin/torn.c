@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Torn logical sectors (issue 21): connections hammer writes and zeroes
  * of whole logical sectors on a few shared physical sectors while
  * reading them back, many requests in flight on each.  Every logical

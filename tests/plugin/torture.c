@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Concurrency torture through nbdkit: one libnbd connection per writer,
  * many requests in flight on each, racing RMWs of neighbouring logical
  * sectors with aligned writes, zeroes and trims (see tests/torture.h).

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Concurrency torture through nbdkit and libnbd (see tests/plugin/torture.c).
 . "$(dirname "$0")/../lib.sh"
 need nbdkit

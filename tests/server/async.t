@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """A slow flush on one connection does not stall the others of its event
 loop: with file= and one loop thread, connection A flushes ~128 MiB of
 dirty pages (an fdatasync that takes a while) and connection B's small

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Atomic writes over NBD (issue 27), on both front ends (the nbdkit
 plugin and sect4k-server) and the nbdkit filter (power cuts, over
 nbdkit's memory plugin), 512e and 4kn.

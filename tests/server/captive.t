@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # sect4k-server as a fixture, with nbdkit's conventions: --run CMD (the
 # variables, CMD's exit status, 128+N for a signal, a stop signal mid-run),
 # -U - (a private socket whose directory is gone at exit), -P/--pidfile,

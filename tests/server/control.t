@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The control socket (control=PATH) on both front ends (nbdkit plugin and
 sect4k-server; the filter's startup check too): a second instance on a live path stops with one line and
 the first keeps it; a stale socket is replaced and said so; at exit the

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """sect4k-server answers with the NBD spec's error codes, as the plugin
 does (see tests/errcodes.py and tests/plugin/errors.t)."""
 import os

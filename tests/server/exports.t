@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Named exports through sect4k-server: see tests/exportscheck.py."""
 import os
 import shutil

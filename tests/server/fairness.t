@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Fairness: connections that pipeline 8 MiB reads of never-written
 space with structured replies (each answered by a tiny hole chunk, so
 no reply backlog ever stops them) must not take over the event loop.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Flushed data is never lost (issue 11): random writes, FUA writes and
 flushes through libnbd on a 512e device with write-cache=true and a small
 cache (so destaging happens too), power cuts at random moments through

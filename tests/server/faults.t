@@ -1,10 +1,10 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Faults through both front ends (nbdkit plugin and sect4k-server), with
 libnbd: bad sectors (reads, partial and whole writes, zero, trim), the
 control socket (every command, bad commands, its mode) and a power cut
 (connections from before it refused or dropped, new ones see what
 survived)."""
-import errno
 import json
 import os
 import socket
@@ -14,7 +14,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import ok, diag, done_testing, need_nbd  # noqa: E402
+from tap import ok, diag, done_testing, need_nbd, errno_name  # noqa: E402
 from srvlib import front_ends  # noqa: E402
 
 nbd = need_nbd()
@@ -49,16 +49,6 @@ def raw(path, data):
     return got.decode(errors="replace")
 
 
-def errno_of(fn):
-    try:
-        fn()
-        return 0
-    except nbd.Error as e:
-        # A name ("EIO") in some libnbd versions, a number in others.
-        return errno.errorcode.get(e.errno, e.errno) \
-            if isinstance(e.errno, int) else e.errno
-
-
 def connect(uri):
     h = nbd.NBD()
     h.connect_uri(uri)
@@ -68,14 +58,14 @@ def connect(uri):
 def bad_sectors(name, srv, ctlpath):
     h = connect(srv.uri)
     EIO = "EIO"
-    fails = [errno_of(lambda i=i: h.pread(512, i * 512)) for i in range(20)]
+    fails = [errno_name(lambda i=i: h.pread(512, i * 512)) for i in range(20)]
     ok(fails == [0] * 8 + [EIO] * 8 + [0] * 4,
        "%s 512e bad-sectors=9: exactly LBAs 8-15 fail with EIO" % name)
-    ok(errno_of(lambda: h.pread(65536, 0)) == EIO,
+    ok(errno_name(lambda: h.pread(65536, 0)) == EIO,
        "%s: a read touching the bad sector fails whole" % name)
-    ok(errno_of(lambda: h.pwrite(b"\x11" * 512, 9 * 512)) == EIO,
+    ok(errno_name(lambda: h.pwrite(b"\x11" * 512, 9 * 512)) == EIO,
        "%s: a partial write of it fails with EIO" % name)
-    ok(errno_of(lambda: h.zero(512, 10 * 512)) == EIO,
+    ok(errno_name(lambda: h.zero(512, 10 * 512)) == EIO,
        "%s: a partial zero too" % name)
     rc, out, _ = ctl(ctlpath, "bad", "list")
     ok(rc == 0 and out == "8-15\n", "%s: bad list: %r" % (name, out))
@@ -94,7 +84,7 @@ def bad_sectors(name, srv, ctlpath):
        "them" % name)
     ctl(ctlpath, "bad", "add", "8-15")
     h.trim(4096, 4096)
-    ok(errno_of(lambda: h.pread(4096, 4096)) == 0,
+    ok(errno_name(lambda: h.pread(4096, 4096)) == 0,
        "%s: a whole-sector trim repairs it" % name)
     rc, out, _ = ctl(ctlpath, "stats")
     doc = json.loads(out)
@@ -152,7 +142,7 @@ def power_cut(name, srv, ctlpath, plugin):
        "reverted" % name):
         diag("rc %d: %r %r" % (rc, rep, secs))
     if plugin:
-        ok(errno_of(lambda: old.pread(512, 0)) == "EIO",
+        ok(errno_name(lambda: old.pread(512, 0)) == "EIO",
            "%s: the connection from before the cut gets EIO" % name)
     else:
         gone = False
@@ -176,10 +166,10 @@ def cut_after(name, srv, report):
     h = connect(srv.uri)
     h.pwrite(b"\x55" * 4096, 0)
     h.pwrite(b"\x66" * 4096, 4096)
-    got = errno_of(lambda: h.pwrite(b"\x77" * 512, 8192))
+    got = errno_name(lambda: h.pwrite(b"\x77" * 512, 8192))
     ok(got == "EIO", "%s: power-cut-after=3: the third write fails with EIO "
        "(%s)" % (name, got))
-    ok(errno_of(lambda: h.pread(512, 0)) != 0,
+    ok(errno_name(lambda: h.pread(512, 0)) != 0,
        "%s: ... and the connection is cut off" % name)
     new = connect(srv.uri)
     ok(new.pread(4096, 0) == b"\x55" * 4096 and
@@ -205,10 +195,10 @@ def per_export(name, srv):
     plain.pwrite(b"\x11" * 4096, 0)
     cut.pwrite(b"\x55" * 4096, 0)
     cut.pwrite(b"\x66" * 4096, 4096)
-    got = errno_of(lambda: cut.pwrite(b"\x77" * 4096, 8192))
+    got = errno_name(lambda: cut.pwrite(b"\x77" * 4096, 8192))
     ok(got == "EIO", "%s: export cut, power-cut-after=3: the third write "
        "fails with EIO (%s)" % (name, got))
-    ok(errno_of(lambda: cut.pread(512, 0)) != 0,
+    ok(errno_name(lambda: cut.pread(512, 0)) != 0,
        "%s: ... and that connection is cut off" % name)
     plain.pwrite(b"\x22" * 4096, 4096)
     ok(plain.pread(8192, 0) == b"\x11" * 4096 + b"\x22" * 4096,

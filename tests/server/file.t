@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """sect4k-server over the file store (file=): what one server wrote, a
 second one started on the same file reads back, and the file holds it
 at the same offsets (the engine's RMW included)."""

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The fuzz regression corpus (tests/server/corpus: seeds and inputs that
 # once broke something) replayed through the fuzz target built with the
 # normal compiler (and the sanitizers under make check-asan).  `make fuzz`

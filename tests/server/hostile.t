@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Hostile clients: bad flags and magics, oversized options and requests,
 stalled handshakes, too many connections, non-loopback addresses.  The
 server drops or refuses them, stays up, and does not grow its memory."""

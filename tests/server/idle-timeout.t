@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """--idle-timeout: a connection that receives and sends nothing for that
 long is closed, so idle clients cannot hold every --max-connections slot
 for ever; a new client then gets served.  Without the option, idle

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The server behaves like nbdkit + the plugin: the same random sequence of
 writes, zeroes, trims and reads goes to both, for several geometries; every
 read must match the other server and a byte model, every error must be the

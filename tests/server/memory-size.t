@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The memory store costs what it holds, not the device size (issue 15):
 a 64T device and the largest one NBD allows (2^63 bytes less a logical
 sector), served by sect4k-server and by nbdkit with the plugin, open, take

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # nbd-client (the kernel's userspace half) negotiates with sect4k-server:
 # NBD_OPT_LIST through `nbd-client -l` needs no nbd driver.  Attaching
 # /dev/nbdX needs the driver, which this host's kernel lacks: that part

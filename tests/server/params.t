@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # sect4k-server takes exactly the plugin's keys: every bad parameter or
 # option stops it with exit 1 and one line naming it; --help lists the
 # keys; the magic size works; the defaults match the plugin's; --nbd-stats
@@ -35,6 +36,11 @@ bad "not both" size=1M --listen 127.0.0.1:1 --unix "$tmpdir/x.sock"
 . "$(dirname "$0")/../exports-refusals.sh"
 bad "export=a: require-block-size=true cannot vary per export" size=1M export=a require-block-size=true
 bad "--export-name disk: with export= or exports=" size=1M exports=512n -e disk
+# Zoned drives (issue 33): NBD has no zone commands, --scsi serves them
+# (--scsi needs the kernel's target modules: its refusal with --unix is
+# not tested here).
+bad "zoned=host-managed: NBD has no zone commands (a client would see a plain disk): serve a zoned drive with --scsi" \
+  size=64M zoned=host-managed zone-size=4M --unix "$tmpdir/z.sock"
 
 out=$("$server" --help)
 for k in size= logical= physical= alignment-offset= lowest-aligned= model= \

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """sect4k-server speaks NBD: every option and command it offers, through
 libnbd (and nbdinfo), and through a raw socket where libnbd would refuse
 to send what we want to test."""

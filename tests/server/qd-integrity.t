@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Data integrity with many requests in flight on ONE connection: libnbd
 keeps 16 reads and writes in flight on a 512e file store (buffered, then
 direct=true), writes being random 512-byte-aligned pieces shorter than

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Requests of ONE connection overlap with the file store: with file=
 and one loop thread, a connection flushes ~128 MiB of dirty pages (an
 fdatasync that takes a while) and small reads sent on the SAME

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # qemu's NBD client against sect4k-server: it asks for block sizes and
 # aligns to the minimum itself, over a Unix socket and over TCP.
 . "$(dirname "$0")/../lib.sh"

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # sect4k-server --scsi on a host without target_core_user (this one; the
 # real disks are tested in the guest kernels, tests/kernel): one line
 # saying which module is missing and how to load it, exit 1, and nothing

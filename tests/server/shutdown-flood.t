@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """SIGTERM under a flood: a raw client pipelines 4 KiB reads and writes
 without pause and goes on sending after ESHUTDOWN (the spec says it
 must disconnect).  It does not hold the server up for its whole 5 s

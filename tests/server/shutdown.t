@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Clean shutdown: SIGTERM or SIGINT while clients have requests in
 flight.  Every request gets a reply (success or ESHUTDOWN) or the
 connection ends; nothing hangs; the server exits 0 and writes --nbd-stats."""

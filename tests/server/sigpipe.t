@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """SIGPIPE is ignored: with standard error a pipe whose reader has gone,
 the next log line (a misaligned request is enough) fails to be written
 instead of killing the server, which goes on serving."""

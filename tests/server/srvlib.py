@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """sect4k-server for the Python tests: a Server context manager with the
 same interface as tap.Nbdkit (uri, proc, log(), stop()), plus raw-socket
 helpers for tests that must speak broken NBD."""

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The timing model felt by a client, in both front ends (the nbdkit plugin
 and sect4k-server): with timing=hdd7200 on 512e, a fio 4 KiB random write
 job offset by 512 bytes costs >= 2x the aligned job per request, the

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """TLS (--tls, NBD_OPT_STARTTLS): X.509 and PSK with libnbd's tools;
 the spec's rules for options before TLS under --tls=require (an option
 too long too); close_notify on every way a connection ends; refusals;

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The plugin's concurrency torture (tests/plugin/torture.c: one libnbd
 # connection per writer, many requests in flight, racing RMWs of
 # neighbouring logical sectors) run against sect4k-server, whose event

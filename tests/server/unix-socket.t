@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # --unix PATH is never taken from a live server: a second sect4k-server on
 # the path of a running one stops (exit 1, one line) and the first keeps
 # its clients; a stale socket (nothing answers) is replaced; at exit the

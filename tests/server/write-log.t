@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """write-log= through both front ends (nbdkit plugin, sect4k-server on the
 memory and the file store): a libnbd workload (writes, FUA, zero, trim,
 flush, an unaligned write, a mark through sect4k-ctl) gives the expected
@@ -260,4 +261,37 @@ ok(p.returncode == 0 and " writes=3 " in p.stdout and
    "sect4k-wlog-dump --summary counts atomic writes: %s"
    % (p.stdout.strip() or p.stderr.strip()))
 
+
+def stale_flush(name, make):
+    """A flush from a connection opened before a power cut is refused
+    (EIO), and so is not in the log: a logged flush says the writes before
+    it are durable, which the cut just undid."""
+    d = tempfile.mkdtemp(prefix="sect4k-wlog-cut.")
+    log, ctl = os.path.join(d, "w.log"), os.path.join(d, "ctl")
+    srv = make("size=1M", "model=512e", "write-cache=true",
+               "write-log=" + log, "control=" + ctl)
+    h = nbd.NBD()
+    h.connect_uri(srv.uri)
+    h.pwrite(b"s" * 4096, 0)
+    cut = subprocess.run([CTL, ctl, "power-cut"], capture_output=True,
+                         text=True)
+    try:
+        h.flush()
+        err = 0
+    except nbd.Error as e:
+        err = e.errno
+    subprocess.run([CTL, ctl, "mark", "after-stale-flush"], check=True,
+                   capture_output=True)
+    srv.stop()
+    _, entries = parse(log)
+    names = [e[3] if e[0] & MARK else ("flush" if e[0] & FLUSH and not e[2]
+                                       else "write") for e in entries[1:]]
+    ok(cut.returncode == 0 and err and
+       names[:2] == ["write", "after-stale-flush"],
+       "%s: a flush after a power cut on a connection opened before it: "
+       "EIO (%s), not logged: %s" % (name, err, names))
+
+
+stale_flush("nbdkit", lambda *a: Nbdkit(*a))
+stale_flush("sect4k-server", lambda *a: Server(*a))
 done_testing()

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Reads of the memory store answered by reference (server/reply.c,
 read_by_ref): holes go out as hole chunks or from one buffer of zeroes,
 never copied into the reply buffer; data is copied, each logical sector

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Atomic writes and concurrent reads (issue 27): writers fill whole
  * atomic units with one byte each time, readers read one unit, or a
  * range across several, and never see a unit that mixes two writes.

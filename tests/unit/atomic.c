@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Atomic (untorn) writes, issue 27: the keys and their one-line
  * refusals, which writes fit the limits, writes marked atomic that
  * break a limit refused with EINVAL, nothing written; and power cuts
@@ -14,42 +15,7 @@
 #include "sect4k/sect4k.h"
 #include "sect4k/wlog.h"
 #include "tap.h"
-
-/* Applies "key=value ..." (space-separated) and finishes: 0, or -1 with
- * err filled.  The config keeps string values: give them storage that
- * lasts. */
-static int
-configure (struct s4k_config *c, const char *keys, char *err, size_t errlen)
-{
-  static char store[64][256];
-  static unsigned ns;
-  char kv[256];
-  s4k_config_init (c);
-  for (const char *p = keys; *p; ) {
-    size_t n = strcspn (p, " ");
-    snprintf (kv, sizeof kv, "%.*s", (int) n, p);
-    p += n + (p[n] == ' ');
-    char *eq = strchr (kv, '=');
-    *eq = '\0';
-    char *v = store[ns++ % 64];
-    snprintf (v, 256, "%s", eq + 1);
-    if (s4k_config_set (c, kv, v, err, errlen))
-      return -1;
-  }
-  return s4k_config_finish (c, err, errlen);
-}
-
-static struct s4k_dev *
-open_dev (const char *keys)
-{
-  struct s4k_config c;
-  struct s4k_dev *d;
-  char err[256];
-  if (configure (&c, keys, err, sizeof err) ||
-      s4k_dev_open (&d, &c, err, sizeof err))
-    bail ("%s: %s", keys, err);
-  return d;
-}
+#include "devrig.h"
 
 /* ---- keys ------------------------------------------------------------- */
 

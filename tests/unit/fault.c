@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fault layer (issue 11) on every model: bad sectors, the write
  * cache, and power cuts whose outcomes, over many seeds, are exactly
  * those the torn= policy allows, on exactly the physical sector at

@@ -13,6 +13,7 @@
 
 #include "sect4k/scsi.h"
 #include "tap.h"
+#include "devrig.h"
 
 struct rig {
   struct s4k_config c;
@@ -26,22 +27,13 @@ struct rig {
 static void
 rig_open (struct rig *t, const char *const *keys)
 {
-  char err[256], kv[256];
+  char err[256];
   s4k_config_init (&t->c);
-  if (s4k_config_set (&t->c, "size", "8M", err, sizeof err))
+  if (rig_set (&t->c, "size=8M", err, sizeof err))
     bail ("%s", err);
-  for (unsigned i = 0; keys[i]; i++) {
-    snprintf (kv, sizeof kv, "%s", keys[i]);
-    char *eq = strchr (kv, '=');
-    *eq = '\0';
-    /* The config keeps pointers to its values. */
-    static char store[64][128];
-    static unsigned ns;
-    char *v = store[ns++ % 64];
-    snprintf (v, 128, "%s", eq + 1);
-    if (s4k_config_set (&t->c, kv, v, err, sizeof err))
+  for (unsigned i = 0; keys[i]; i++)
+    if (rig_set (&t->c, keys[i], err, sizeof err))
       bail ("%s", err);
-  }
   if (s4k_config_finish (&t->c, err, sizeof err))
     bail ("%s", err);
   if (s4k_dev_open (&t->d, &t->c, err, sizeof err))
@@ -75,6 +67,7 @@ run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
   case S4K_SCSI_OP_TRIM: return s4k_trim (d, op->len, op->off, op->flags);
   case S4K_SCSI_OP_FLUSH: return s4k_flush (d);
   case S4K_SCSI_OP_SET_LOGICAL: return s4k_dev_set_logical (d, op->len);
+  case S4K_SCSI_OP_ZONE: return s4k_scsi_zone_op (d, op);
   }
   return -EINVAL;
 }
@@ -423,10 +416,9 @@ refusals (void)
   /* A record that does not fit the keys: refused, one line. */
   struct s4k_config c;
   struct s4k_dev *d = NULL;
-  s4k_config_init (&c);
-  s4k_config_set (&c, "model", "512n", err, sizeof err);
-  s4k_config_set (&c, "file", path, err, sizeof err);
-  if (s4k_config_finish (&c, err, sizeof err))
+  char keys[128];
+  snprintf (keys, sizeof keys, "model=512n %s", fkey);
+  if (configure (&c, keys, err, sizeof err))
     bail ("%s", err);
   int r = s4k_dev_open (&d, &c, err, sizeof err);
   ok (r == -EINVAL && strstr (err, "FORMAT UNIT left physical=4096") &&
@@ -437,10 +429,8 @@ refusals (void)
   fp = fopen (rec, "w");
   fputs ("garbage\n", fp);
   fclose (fp);
-  s4k_config_init (&c);
-  s4k_config_set (&c, "model", "512e", err, sizeof err);
-  s4k_config_set (&c, "file", path, err, sizeof err);
-  if (s4k_config_finish (&c, err, sizeof err))
+  snprintf (keys, sizeof keys, "model=512e %s", fkey);
+  if (configure (&c, keys, err, sizeof err))
     bail ("%s", err);
   r = s4k_dev_open (&d, &c, err, sizeof err);
   ok (r == -EINVAL && strstr (err, "not a sect4k geometry record"),

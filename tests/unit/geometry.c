@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Geometry and configuration against a brute-force reference. */
 #include <string.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The memory store at the sizes NBD allows (up to 2^63 bytes less a
  * logical sector): opening, hole reads and whole-device extents cost
  * nothing that grows with the size, extents skip what was never written,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine against a plain byte-array model, through a recording store
  * that checks the store only ever sees whole physical sectors and counts
  * how each request was split. */

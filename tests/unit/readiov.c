@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* s4k_read_iov (issue 17): a read answered by reference.  Its pieces
  * reassemble to what s4k_read copies, holes are NULL pieces, neighbours
  * join, too many pieces is -ENOBUFS, a store that cannot is -ENOTSUP

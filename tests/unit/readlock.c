@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Reads take the shared sector lock unless the store sets lockfree_reads
  * (issue 17): over a store that does not, a read never reaches the store
  * while a read-modify-write of the same physical sector is inside it.

@@ -12,6 +12,7 @@
 
 #include "sect4k/scsi.h"
 #include "tap.h"
+#include "devrig.h"
 
 struct geo {
   const char *name;
@@ -51,7 +52,7 @@ counts_cb (void *opaque, uint64_t *bad, uint64_t *repaired)
 static void
 rig_open (struct rig *t, const struct geo *g, const char *const *extra)
 {
-  char err[256], kv[256];
+  char err[256];
   const char *keys[16] = { "size=8M", "interface=sata" };
   unsigned n = 2;
   s4k_config_init (&t->c);
@@ -59,17 +60,9 @@ rig_open (struct rig *t, const struct geo *g, const char *const *extra)
     keys[n++] = g->keys[i];
   for (unsigned i = 0; extra && extra[i]; i++)
     keys[n++] = extra[i];
-  static char store[64][128];
-  static unsigned ns;
-  for (unsigned i = 0; i < n; i++) {
-    snprintf (kv, sizeof kv, "%s", keys[i]);
-    char *eq = strchr (kv, '=');
-    *eq = '\0';
-    char *v = store[ns++ % 64];
-    snprintf (v, 128, "%s", eq + 1);
-    if (s4k_config_set (&t->c, kv, v, err, sizeof err))
+  for (unsigned i = 0; i < n; i++)
+    if (rig_set (&t->c, keys[i], err, sizeof err))
       bail ("%s", err);
-  }
   if (s4k_config_finish (&t->c, err, sizeof err))
     bail ("%s", err);
   if (s4k_dev_open (&t->d, &t->c, err, sizeof err))

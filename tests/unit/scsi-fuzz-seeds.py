@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the seed inputs of the SCSI fuzz corpus (tests/unit/scsi-corpus/
 seed-*): every command the layer knows, well-formed and on every geometry,
 in the input format of tests/unit/scsi-fuzz.c."""
@@ -93,6 +94,41 @@ ATOMIC = {
                   b"\x79" * 4096, fail=0x00),
 }
 
+# Zoned LUNs (issue 33; geometry byte 5, 6, 7 with bit 3): REPORT ZONES, ZBC OUT,
+# writes at and off the write pointer, reads across zone types.  Zones
+# of 32 KiB: 64 LBAs on 512n and 512e.
+def zbc_out(sa, lba, all_=False):
+    return cmd([0x94, sa] + list(be(lba, 8)) + [0, 0, 0, 0, 1 if all_ else 0, 0])
+
+
+def zbc_in(lba, opt, alloc):
+    return cmd([0x95, 0] + list(be(lba, 8)) + list(be(alloc, 4)) + [opt, 0], dlen=alloc)
+
+
+def w16(lba, n, byte=0x33, bs=512):
+    return cmd([0x8a, 0] + list(be(lba, 8)) + list(be(n, 4)) + [0, 0], bytes([byte]) * (n * bs))
+
+
+ZBC = {
+    "zbc": (cmd([0x12, 0, 0, 0, 96, 0], dlen=96) +
+              cmd([0x12, 1, 0xb6, 0, 255, 0], dlen=255) +
+              cmd([0x12, 1, 0xb1, 0, 255, 0], dlen=255) +
+              cmd([0xa3, 0x0c, 2, 0x95, 0, 0, 0, 0, 0, 64, 0, 0], dlen=64) +
+              zbc_in(0, 0, 1024) + zbc_in(70, 0x80, 192) + zbc_in(0, 0x3f, 32) +
+              zbc_in(0, 0x09, 256) + zbc_in(1 << 40, 0, 256) +
+              w16(64, 8) + w16(64, 8) + w16(72, 1) + w16(120, 16) +
+              cmd([0x88, 0] + list(be(60, 8)) + list(be(8, 4)) + [0, 0], dlen=4096) +
+              zbc_out(3, 128) + zbc_out(3, 192) + w16(256, 8) + zbc_out(1, 0, True) +
+              zbc_out(2, 64) + w16(64, 8) + zbc_out(4, 64) + zbc_out(4, 65) +
+              zbc_out(4, 0) + zbc_out(3, 0, True) + zbc_out(2, 0, True) +
+              zbc_out(4, 0, True) + zbc_in(0, 0, 4096) +
+              cmd([0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0],
+                  be(22, 2) + be(16, 2) + bytes(4) + be(0, 8) + be(128, 4) + bytes(4)) +
+              cmd([0x93, 0x08] + list(be(64, 8)) + list(be(16, 4)) + [0, 0], bytes(512)) +
+              cmd([0x8a, 0] + list(be(64, 8)) + list(be(8, 4)) + [0, 0],
+                  b"\x44" * 4096, fail=0x00) + zbc_in(64, 0, 128)),
+}
+
 
 def ata16(proto, flags, command, features=0, count=0, lba=0, ext=False):
     return [0x85, proto << 1 | ext, flags, features >> 8, features & 255,
@@ -128,6 +164,12 @@ def main(outdir):
         # geometry byte: 512e plus, for the fault seeds, the fault layer
         for b0, tag in ((0x01, "512e"), (0x4a, "512e-xp-faults"), (0x13, "4kn-ro"),
                         (0x0c, "1k8k-wc")):
+            with open(os.path.join(outdir, "seed-%s-%s" % (name, tag)), "wb") as f:
+                f.write(bytes([b0]) + body)
+    # Zoned: geometry 5-7 (SATA) with byte 0 bit 3 (no write cache then).
+    for name, body in ZBC.items():
+        for b0, tag in ((0x0d, "hm-512n"), (0x0e, "hm-512e"), (0x0f, "ha-512e"),
+                        (0x5e, "hm-512e-faults-ro"), (0x01, "512e-off")):
             with open(os.path.join(outdir, "seed-%s-%s" % (name, tag)), "wb") as f:
                 f.write(bytes([b0]) + body)
     for name, body in ATA.items():

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The SCSI command layer's fuzz target (tests/unit/scsi-fuzz.c).
 #   make fuzz-scsi       libFuzzer (clang) for FUZZ_TIME seconds (60)
 #   make fuzz-ci         runs it for FUZZ_CI_SCSI_TIME seconds (half of

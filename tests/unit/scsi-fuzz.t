@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # The SCSI fuzz corpus (tests/unit/scsi-corpus: seeds and inputs that once
 # broke something) replayed through the fuzz target built without
 # libFuzzer; it aborts on a broken invariant.  `make fuzz-scsi` fuzzes.

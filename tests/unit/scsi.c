@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The SCSI command layer (lib/scsi.c, issue 22): every command it knows
  * and every sense it produces, the pages byte for byte on five
  * geometries, media commands run against a real memory-store device
@@ -8,6 +9,7 @@
 
 #include "sect4k/scsi.h"
 #include "tap.h"
+#include "devrig.h"
 
 struct model {
   const char *name;
@@ -41,9 +43,7 @@ struct rig {
 static void
 rig_open (struct rig *t, const struct model *m, const char *const *extra)
 {
-  char err[256], kv[256];
-  static char store[64][128];
-  static unsigned ns;
+  char err[256];
   const char *keys[16] = { "size=4M" };
   unsigned n = 1;
   s4k_config_init (&t->c);
@@ -51,15 +51,9 @@ rig_open (struct rig *t, const struct model *m, const char *const *extra)
     keys[n++] = m->keys[i];
   for (unsigned i = 0; extra && extra[i]; i++)
     keys[n++] = extra[i];
-  for (unsigned i = 0; i < n; i++) {
-    snprintf (kv, sizeof kv, "%s", keys[i]);
-    char *eq = strchr (kv, '=');
-    *eq = '\0';
-    char *v = store[ns++ % 64];
-    snprintf (v, 128, "%s", eq + 1);
-    if (s4k_config_set (&t->c, kv, v, err, sizeof err))
+  for (unsigned i = 0; i < n; i++)
+    if (rig_set (&t->c, keys[i], err, sizeof err))
       bail ("%s", err);
-  }
   if (s4k_config_finish (&t->c, err, sizeof err))
     bail ("%s", err);
   if (rig_atomic.max)
@@ -96,7 +90,8 @@ run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
   last_kinds |= 1u << op->kind;
   last_flags |= op->flags;
   const uint64_t size = s4k_dev_geometry (d)->size;
-  if (op->kind != S4K_SCSI_OP_FLUSH && op->kind != S4K_SCSI_OP_SET_LOGICAL &&
+  if (op->kind != S4K_SCSI_OP_FLUSH && op->kind != S4K_SCSI_OP_ZONE &&
+      op->kind != S4K_SCSI_OP_SET_LOGICAL &&
       (op->len == 0 || op->off > size || op->len > size - op->off))
     ops_in_bounds = false;
   switch (op->kind) {
@@ -106,6 +101,7 @@ run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
   case S4K_SCSI_OP_ZERO: return s4k_zero (d, op->len, op->off, op->flags);
   case S4K_SCSI_OP_TRIM: return s4k_trim (d, op->len, op->off, op->flags);
   case S4K_SCSI_OP_FLUSH: return s4k_flush (d);
+  case S4K_SCSI_OP_ZONE: return s4k_scsi_zone_op (d, op);
   case S4K_SCSI_OP_SET_LOGICAL: return s4k_dev_set_logical (d, op->len);
   }
   return -EINVAL;

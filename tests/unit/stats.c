@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Statistics: a fixed sequence of requests on each preset, with every
  * counter worked out by hand (the reasoning is in the comments). */
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The timing model (lib/timing.c): durations, presets, the cost of a
  * request from the geometry, the drive's queue, and the statistics it
  * feeds.  Pure arithmetic on a virtual clock: no sleeping, no wall time. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Concurrency torture straight on the engine (runs under TSan too):
  * writers race RMWs of neighbouring logical sectors in the same physical
  * sectors, mixed with aligned writes, zeroes and trims of those sectors.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The write log: what the writer writes, the reader reads back, in order,
  * and a damaged log gets one clear error naming the entry and byte. */
 #include <endian.h>

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Block status over an upstream (issue 21 item 3).
 #
 # Timing: sect4k-server's loop does not wait for the upstream's block

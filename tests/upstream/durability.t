@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # SIGKILL of sect4k after a flush loses nothing upstream: 4096 writes of
 # 512 bytes (RMWs of 4 KiB sectors) through sect4k, a flush, SIGKILL,
 # then every slot read straight from the upstream.  The qcow2 upstream

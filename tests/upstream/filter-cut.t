@@ -18,7 +18,6 @@ connections opened before it, as in the plugin (issue 32 item 2).
    last write acknowledged before the cut began or one in flight across
    it; the rest the file's old zeroes); and after the writers gave up,
    a clean stop and a restart over the same file serve that same data."""
-import errno
 import json
 import os
 import random
@@ -31,7 +30,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tap import Nbdkit, ok, diag, skip_all, need_nbd, done_testing  # noqa: E402
+from tap import Nbdkit, ok, diag, skip_all, need_nbd, done_testing, errno_name  # noqa: E402
 
 nbd = need_nbd()
 TOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -75,16 +74,6 @@ def cut_now(line):
     return (sent, answered), got[:-len("ok\n")], ""
 
 
-def errno_of(fn):
-    try:
-        fn()
-        return 0
-    except nbd.Error as e:
-        # A name ("EIO") in some libnbd versions, a number in others.
-        return errno.errorcode.get(e.errno, e.errno) \
-            if isinstance(e.errno, int) else e.errno
-
-
 def connect(uri):
     h = nbd.NBD()
     h.add_meta_context(nbd.CONTEXT_BASE_ALLOCATION)
@@ -124,7 +113,7 @@ def cut_off(plugin):
            == [(0, "reverted")],
            "%s: the cut reverts the unflushed write (%s)" % (name, out[:60]))
         # can_cache and can_extents are the filter's: always offered.
-        got = [errno_of(f) for f in (
+        got = [errno_name(f) for f in (
             lambda: old.pread(L, 0),
             lambda: old.pwrite(b"\x66" * P, 2 * P),
             lambda: old.zero(P, 3 * P),
@@ -146,7 +135,7 @@ def cut_off(plugin):
         ok(new.pread(2 * P, 4 * P) == b"\x55" * P + bytes(L) + b"\x77" * L
            + bytes(P - 2 * L), "%s: the new connection writes, flushes and "
            "reads" % name)
-        ok(errno_of(lambda: old.pwrite(b"\x66" * L, 4 * P)) == "EIO" and
+        ok(errno_name(lambda: old.pwrite(b"\x66" * L, 4 * P)) == "EIO" and
            new.pread(L, 4 * P) == b"\x55" * L,
            "%s: the old connection still gets EIO, after a new one came"
            % name)
@@ -186,7 +175,7 @@ def cut_after():
         h = connect(srv.uri)
         h.pwrite(b"\x55" * P, 0)
         h.pwrite(b"\x66" * P, P)
-        got = [errno_of(f) for f in (
+        got = [errno_name(f) for f in (
             lambda: h.pwrite(b"\x77" * L, 2 * P),
             lambda: h.pread(L, 0),
             lambda: h.pwrite(b"\x77" * P, 3 * P),
@@ -238,7 +227,7 @@ class Writer(threading.Thread):
             n = self.rng.choice((1, 1, 2, 3, 8, 16))
             x = self.first + self.rng.randrange(self.lbas - n)
             sent = time.monotonic()
-            e = errno_of(lambda: self.h.pwrite(
+            e = errno_name(lambda: self.h.pwrite(
                 pattern(self.wid, seq, x, n), x * L))
             self.log.append((seq, x, n, sent, time.monotonic(), e))
             if self.cut_done[0] and sent > self.cut_done[0]:

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """nbdkit-sect4k-filter with write-cache=true over nbdkit's file plugin:
 a clean shutdown writes the volatile cache back into the plugin's file,
 as a drive flushes its cache on a clean power-down (issue 21 item 4).

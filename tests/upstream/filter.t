@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # nbdkit-sect4k-filter over nbdkit's memory and file plugins: the
 # geometry reaches the client, the contended-RMW torture passes with
 # exact verification (with partial writes over memory, whole-sector RMW

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Where flush goes upstream (nbdkit's log filter counts it).  With
 # multi-conn one flush covers every connection's writes, so one goes
 # upstream; without it, each connection that wrote is flushed.  A flush

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # After an upstream crash, every client connection whose acknowledged
 # writes may be gone learns it at its next flush (issue 29 item 2).
 # Connection D writes and flushes, then A and B write, and C opens

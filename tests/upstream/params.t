@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The upstream store's checks and fallbacks: refusals in one line (an
 # upstream whose minimum block size does not divide the physical sector,
 # a read-only upstream unless served read-only: sect4k-server -r at

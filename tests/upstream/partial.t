@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Partial writes (partial_writes in lib/store.h): a 512-byte write into a
 # 4 KiB physical sector reaches the upstream as one 512-byte WRITE and no
 # read, where the upstream's minimum block size allows it; with

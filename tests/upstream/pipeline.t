@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # sect4k-server's loops do not wait for the upstream: with one loop
 # (--threads 1) and an upstream that takes DELAY per read and per write
 # (nbdkit's delay filter, which serves a connection's requests in

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The upstream killed (SIGKILL) and restarted while four clients write:
 # requests in flight fail with EIO, then service resumes on new upstream
 # connections, and no acknowledged write is lost (tests/upstream/slots.c

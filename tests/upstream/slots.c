@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Acknowledged writes survive: 512-byte writes (RMWs of 4 KiB sectors)
  * to distinct slots, each slot written once with its own pattern, so a
  * slot reads back as its pattern if its write was acknowledged, and as

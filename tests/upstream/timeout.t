@@ -1,12 +1,14 @@
 #!/bin/bash
-# upstream-timeout= (issue 29 item 3), upstream-timeout=2 on both front
-# ends:
+# SPDX-License-Identifier: BSD-3-Clause
+# upstream-timeout= (issue 29 item 3, issue 32 item 4),
+# upstream-timeout=2 on both front ends:
 # - an upstream that accepts and never answers (a Python listener on a
 #   Unix socket): the start fails within the timeout, exit 1, one line;
-# - an upstream that goes silent (nbdkit memory, SIGSTOPped) after a
-#   write and a flush: a read fails with EIO within the timeout;
-# - then six reads in flight on it and SIGTERM: they fail, and the
-#   front end exits 0 (nbdkit: 0 or 143) within a few seconds.
+# - an upstream that goes silent (nbdkit memory, SIGSTOPped): requests
+#   fail with EIO, the first within the timeout and those queued behind
+#   it at once; it serves again once continued or restarted; SIGTERM
+#   with reads pending on it exits 0 (nbdkit: 0 or 143) within a few
+#   seconds (below).
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
 need nbdkit
@@ -54,63 +56,180 @@ for front in server plugin; do
   diag "$(cat "$out")"
 done
 
-for front in server plugin; do
+# The upstream stopped and continued, on each front end (the server as
+# it runs by default, its requests on the loop's connection, and with a
+# fault layer, bad-sectors= far away, which runs them inline on the
+# pool):
+# 1. six writes and six reads of one 4 KiB sector at once, queued behind
+#    each other on its lock: all get EIO, the last within two timeouts
+#    (before issue 32 they failed one timeout after another: 2, 4, ...
+#    12 s for the writes alone); the first only after the timeout;
+# 2. a flush then fails (EIO) for a client connection whose write was
+#    not flushed when it stopped (it may be lost), and passes for the
+#    other; a read while it is still stopped fails at once;
+# 3. continued: a read passes again within a few seconds, and a write
+#    and a flush pass; the first connection's next flush passes;
+# 4. stopped again: six reads of one sector, the same;
+# 5. killed, and a new upstream started on its socket: a read passes
+#    again within a few seconds;
+# 6. that one stopped, six reads in flight and SIGTERM: they fail, and
+#    the front end exits 0 within a few seconds.
+for front in plugin server server-inline; do
   start_nbdkit up-$front memory 64M || exit 1
   up_pid=$pid up_uri=$uri
-  start_front $front $front upstream="$up_uri" upstream-timeout=2 \
-    model=512e || exit 1
+  keys="upstream=$up_uri upstream-timeout=2 model=512e"
+  case $front in
+    server-inline) start_front server $front $keys bad-sectors=100000 ;;
+    *) start_front $front $front $keys ;;
+  esac || exit 1
   front_pid=$pid
-  rm -f "$tmpdir/stopped" "$tmpdir/pending"
-  $py - "$uri" "$tmpdir" >"$tmpdir/client.out" 2>&1 <<'EOF' &
+  rm -f "$tmpdir"/want-* "$tmpdir"/did-*
+  $py - "$uri" "$tmpdir" 2 >"$tmpdir/client.out" 2>&1 <<'EOF' &
 import errno, nbd, os, sys, time
-uri, tmp = sys.argv[1:]
+uri, tmp, T = sys.argv[1], sys.argv[2], float(sys.argv[3])
+bad = 0
+def check(cond, what):
+    global bad
+    print("%s: %s" % ("ok" if cond else "FAILED", what))
+    if not cond:
+        bad += 1
+def signal(n, sig):
+    # The harness sends sig to the upstream (RESTART: kills it and
+    # starts another), then says so.
+    open(os.path.join(tmp, "want-%d-%s" % (n, sig)), "w").close()
+    while not os.path.exists(os.path.join(tmp, "did-%d" % n)):
+        time.sleep(0.05)
+def queued(h, kinds):
+    """kinds ("w" or "r") all at once on sector 0; each one's end
+    (seconds from the start) and result."""
+    t0 = time.time()
+    cookies = {}
+    for i, k in enumerate(kinds):
+        if k == "w":
+            cookies[h.aio_pwrite(b"y" * 4096, 0)] = i
+        else:
+            cookies[h.aio_pread(nbd.Buffer(4096), 0)] = i
+    got = [None] * len(kinds)
+    while cookies and time.time() < t0 + 60:
+        h.poll(100)
+        for c in list(cookies):
+            try:
+                if not h.aio_command_completed(c):
+                    continue
+                r = "ok"
+            except nbd.Error as e:
+                r = "EIO" if e.errnum == errno.EIO else str(e)
+            got[cookies.pop(c)] = (time.time() - t0, r)
+    return got
+def all_eio(got, what):
+    print("%s: %s" % (what, " ".join(
+        "%s:%.1fs" % (g[1], g[0]) if g else "none" for g in got)))
+    ends = [g[0] for g in got if g]
+    check(all(g and g[1] == "EIO" for g in got), what + ": all EIO")
+    if ends:
+        check(min(ends) >= T - 0.3,
+              "%s: the first after the timeout (%.1fs)" % (what, min(ends)))
+        check(max(ends) <= 2 * T + 1.5,
+              "%s: the last within two timeouts (%.1fs, want <= %.1fs)"
+              % (what, max(ends), 2 * T + 1.5))
+def recovers(h, what):
+    t0 = time.time()
+    while time.time() < t0 + 15:
+        try:
+            h.pread(4096, 0)
+            check(True, "%s: a read passes again after %.1fs" %
+                  (what, time.time() - t0))
+            return
+        except nbd.Error:
+            time.sleep(0.1)
+    check(False, "%s: a read passes again within 15s" % what)
+
+def flush(h):
+    try:
+        h.flush()
+        return "ok"
+    except nbd.Error as e:
+        return "EIO" if e.errnum == errno.EIO else str(e)
 h = nbd.NBD()
 h.connect_uri(uri)
 h.pwrite(b"x" * 4096, 0)
 h.flush()
-open(os.path.join(tmp, "stop"), "w").close()
-while not os.path.exists(os.path.join(tmp, "stopped")):
-    time.sleep(0.05)
+a = nbd.NBD()                   # its write is not flushed when it stops
+a.connect_uri(uri)
+a.pwrite(b"a" * 4096, 8 * 4096)
+signal(1, "STOP")
+all_eio(queued(h, "wwwwwwrrrrrr"), "six writes and six reads queued")
+got = flush(a), flush(h)
+check(got == ("EIO", "ok"), "flushes while stopped: %s for the connection "
+      "with an unflushed write (want EIO), %s for the other (want ok)" % got)
 t = time.time()
 try:
     h.pread(4096, 0)
-    print("read: ok (want EIO)")
-    sys.exit(1)
+    check(False, "a read while stopped: passed (want EIO)")
 except nbd.Error as e:
     took = time.time() - t
-    print("read: %s after %.1fs" % (e.errnum == errno.EIO and "EIO" or e,
-                                     took))
-    if e.errnum != errno.EIO or took > 6:
-        sys.exit(1)
+    check(e.errnum == errno.EIO and took < 1,
+          "a read while still stopped: %s at once (%.2fs)" % (e, took))
+signal(2, "CONT")
+recovers(h, "continued")
+check(flush(a) == "ok", "continued: the next flush of that connection passes")
+try:
+    h.pwrite(b"z" * 4096, 4096)
+    h.flush()
+    check(h.pread(4096, 4096) == b"z" * 4096,
+          "continued: a write, a flush and its read pass")
+except nbd.Error as e:
+    check(False, "continued: a write and a flush: %s" % e)
+signal(3, "STOP")
+all_eio(queued(h, "rrrrrr"), "stopped again: six reads queued")
+signal(4, "RESTART")
+recovers(h, "restarted")
+signal(5, "STOP")
 # Six reads in flight, then the front end gets SIGTERM.
-g = nbd.NBD()
-g.connect_uri(uri)
 bufs = [nbd.Buffer(4096) for i in range(6)]
-cookies = [g.aio_pread(b, i * 4096) for i, b in enumerate(bufs)]
+cookies = [h.aio_pread(b, i * 4096) for i, b in enumerate(bufs)]
 open(os.path.join(tmp, "pending"), "w").close()
 failed = 0
 end = time.time() + 20
 while time.time() < end and cookies:
     try:
-        g.poll(1000)
+        h.poll(1000)
     except nbd.Error:
         break                   # the connection ended
     for c in list(cookies):
         try:
-            if g.aio_command_completed(c):
+            if h.aio_command_completed(c):
                 cookies.remove(c)
         except nbd.Error:
             cookies.remove(c)
             failed += 1
 print("%d reads failed, %d left when the connection ended" %
       (failed, len(cookies)))
-sys.exit(0)
+sys.exit(1 if bad else 0)
 EOF
   cpid=$!
-  for _ in $(seq 100); do [ -e "$tmpdir/stop" ] && break; sleep 0.1; done
-  kill -STOP "$up_pid"
-  touch "$tmpdir/stopped"
-  for _ in $(seq 150); do [ -e "$tmpdir/pending" ] && break; sleep 0.1; done
+  for n in 1 2 3 4 5; do
+    for _ in $(seq 600); do
+      ls "$tmpdir"/want-$n-* >/dev/null 2>&1 && break
+      kill -0 $cpid 2>/dev/null || break
+      sleep 0.05
+    done
+    f=$(ls "$tmpdir"/want-$n-* 2>/dev/null) || break
+    case ${f##*-} in
+      RESTART)
+        kill -9 "$up_pid"; kill -CONT "$up_pid" 2>/dev/null
+        wait "$up_pid" 2>/dev/null
+        start_nbdkit up-$front memory 64M || break
+        up_pid=$pid ;;
+      *) kill -"${f##*-}" "$up_pid" ;;
+    esac
+    touch "$tmpdir/did-$n"
+  done
+  for _ in $(seq 150); do
+    [ -e "$tmpdir/pending" ] && break
+    kill -0 $cpid 2>/dev/null || break
+    sleep 0.1
+  done
   sleep 0.5
   start=$(date +%s.%N)
   pid=$front_pid
@@ -118,13 +237,21 @@ EOF
   took=$(since "$start")
   wait $cpid; cst=$?
   diag "$(cat "$tmpdir/client.out")"
-  ok $cst "$front: a read on an upstream gone silent fails with EIO within the timeout"
-  [ $st = 0 ] && [ "${took%.*}" -lt 8 ]
-  ok $? "$front: SIGTERM with six reads pending on it exits $st in ${took}s"
-  grep "upstream-timeout" "$tmpdir/$front.log" | head -3 | sed 's/^/# /'
+  ok $cst "$front: queued requests on a stopped upstream fail within two timeouts; it serves again once continued or restarted"
+  # Under a sanitizer's preload nbdkit can hang in exit (libp11-kit's
+  # exit handler on glibc's locale lock, see params.t) after the plugin
+  # has unloaded: what sect4k does is then seen only in the reads' end.
+  if [ $st = 1 ] && [ "${took%.*}" -ge 30 ] && [ -n "${SECT4K_SAN:-}" ] &&
+     [ $front = plugin ] && grep -q "^6 reads failed" "$tmpdir/client.out"; then
+    skip_one "$front: SIGTERM with six reads pending: they failed, then nbdkit hung at exit under $SECT4K_SAN"
+  else
+    [ $st = 0 ] && [ "${took%.*}" -lt 8 ]
+    ok $? "$front: SIGTERM with six reads pending on it exits $st in ${took}s"
+  fi
+  grep "upstream=" "$tmpdir/$front.log" | head -4 | sed 's/^/# /'
   # Its own exit after SIGSTOP/SIGCONT is not under test (it can hang
   # under ASan's preload).
-  kill -9 "$up_pid"; kill -CONT "$up_pid"; wait "$up_pid" 2>/dev/null
-  rm -f "$tmpdir/stop"
+  kill -9 "$up_pid"; kill -CONT "$up_pid" 2>/dev/null
+  wait "$up_pid" 2>/dev/null
 done
 done_testing

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The contended-RMW torture (tests/plugin/torture.c, exact verification)
 # through the upstream store, over nbdkit memory and over qemu-nbd
 # serving a qcow2 image, with both front ends (and the server with one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Helpers for the upstream tests, sourced after tests/lib.sh: upstream
 # NBD servers to put sect4k in front of, and sect4k's two front ends.
 

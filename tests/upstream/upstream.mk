@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Upstream store and filter test clients: tests/upstream/*.c, each built to
 # $(B)/tests/upstream-NAME (libnbd clients, like tests/plugin/).
 UPSTREAM_TESTS := $(patsubst tests/upstream/%.c,$(B)/tests/upstream-%,$(wildcard tests/upstream/*.c))

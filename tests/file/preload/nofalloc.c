@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* LD_PRELOAD shim: a file system without fallocate (every mode fails
  * with EOPNOTSUPP), to test the store's slow zero path and honest
  * fast-zero. */

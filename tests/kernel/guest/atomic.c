@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* s4k-atomic: untorn writes from the test guest (issue 27; guest/atomic.sh).
  * Debian 12's headers predate Linux 6.11's atomic writes, so statx and
  * RWF_ATOMIC are defined here as the kernel's uapi has them.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The atomic suite of the kernel tests (issue 27), sourced by tests.sh after
 # scsi.sh (its helpers: ok/nok/is/check/says/diag, wait_for, scsi_start,
 # scsi_stop).  Linux 6.11 added untorn writes; on 6.12:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The captive suite of the kernel tests (issue 28), sourced by tests.sh
 # after scsi.sh (their ok/nok/is/check/says/diag helpers, start_server,
 # load_nbd, wait_for):

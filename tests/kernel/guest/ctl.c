@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sect4k-ctl for the test guest, which has no Python: sends one command
  * to a control socket and prints the answer (scripts/sect4k-ctl is the
  * real one; same exit status: 0 ok, 1 error, 2 unreachable). */

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The SCSI suites of the kernel tests (issue 22), sourced by tests.sh (its
 # ok/nok/is/check/says/diag helpers and direct_io_tests).
 #   scsi        sect4k-server --scsi: a local /dev/sdX (TCMU + tcm_loop)

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # The kernel tests, run by /init inside the test guest (busybox sh, with GNU
 # dd, util-linux and e2fsprogs in /opt/bin).  Arguments: the suites to run.
 #   nbd     the Linux nbd driver attached by sect4k-attach, one case at a time
@@ -8,6 +9,7 @@
 #   sata    sect4k-server --scsi interface=sata: hdparm, smartctl   guest/sata.sh
 #   format  sg_format --size on a sect4k-server --scsi disk   guest/format.sh
 #   atomic  untorn writes on a SCSI disk (Linux 6.11 on): guest/atomic.sh
+#   zoned   a host-managed sect4k SCSI disk against scsi_debug: guest/zoned.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
 #   captive sect4k-server --scsi --run, sect4k-attach --run   guest/captive.sh
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
@@ -536,6 +538,8 @@ dmlog_case () {
 . /atomic.sh
 # The SATA identity (issue 34).
 . /sata.sh
+# Zoned drives against scsi_debug (issue 33).
+. /zoned.sh
 # Sector-size conversion in place (issue 34).
 . /format.sh
 for suite in "$@"; do "suite_$suite"; tidy "$suite suite"; done
