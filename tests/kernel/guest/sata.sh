@@ -120,7 +120,7 @@ sata_reference () {
       "$(printf '%s\n' "$out" | grep -e 'Sector size')" \
       "$(grep -e 'Sector size' /tmp/sata-512e.geo 2>/dev/null | sed 's/ \[ Supported: [0-9 ]*\]$//')"
     says "sata reference: sect4k's 512e lists its sector sizes (log 2Fh), qemu's none" \
-      "$(cat /tmp/sata-512e.geo; printf '%s\n' "$out" | grep -c 'Supported:' | sed 's/^/qemu: /')" \
+      "$(cat /tmp/sata-512e.geo; printf '%s\n' "$out" | grep -c '\[ Supported:' | sed 's/^/qemu: /')" \
       'Logical  Sector size: *512 bytes \[ Supported: 512 4096 \]' '^qemu: 0$'
     says "sata reference: sect4k's 512e says Sector-0 offset 0 (word 209 valid), qemu's nothing" \
       "$(cat /tmp/sata-512e.geo; printf '%s\n' "$out" | grep -c 'Sector-0' | sed 's/^/qemu: /')" \
