@@ -324,23 +324,28 @@ counted (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
   return r;
 }
 
+/* The zone hooks take values, never the request: a request whose
+ * address reached an out-of-line call would live in memory on every
+ * device's path (+30 instructions per RMW write, zoned or not;
+ * make bench-engine's rmw512 row). */
+
 /* Host-managed devices: a trim frees conventional zones only (a
  * sequential write required zone keeps its blocks mapped, as SBC allows
  * a device to: RESET WRITE POINTER discards them), so it is clipped to
- * them.  A host-aware drive, which Linux uses as a regular disk, trims
- * anywhere (its write pointers are advisory). */
-static __attribute__ ((noinline)) void
-zone_clip_trim (const struct s4k_dev *d, struct request *q)
+ * them: the length it keeps.  A host-aware drive, which Linux uses as a
+ * regular disk, trims anywhere (its write pointers are advisory). */
+static __attribute__ ((noinline)) uint64_t
+zone_clip_trim (const struct s4k_dev *d, uint64_t len, uint64_t off)
 {
   struct s4k_zones_info zi;
   s4k_zones_info (d->zones, &zi);
   if (zi.model != S4K_ZONED_HOST_MANAGED)
-    return;
+    return len;
   const uint64_t conv_end = ((uint64_t) zi.conventional * zi.zone_lbas)
                             << d->lbits;
-  if (q->off <= d->g.size && q->len <= d->g.size - q->off &&
-      q->off + q->len > conv_end)
-    q->len = q->off >= conv_end ? 0 : conv_end - q->off;
+  if (off <= d->g.size && len <= d->g.size - off && off + len > conv_end)
+    return off >= conv_end ? 0 : conv_end - off;
+  return len;
 }
 
 /* The zone checks of a planned request (include/sect4k/zone.h): a
@@ -348,18 +353,17 @@ zone_clip_trim (const struct s4k_dev *d, struct request *q)
  * zone lock and before any sector lock; a read must not touch an
  * offline zone nor cross zone types.  0 or a zone error (s4k_zone_errno). */
 static __attribute__ ((noinline)) int
-zone_admit (struct s4k_dev *d, struct request *q)
+zone_admit (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
+            unsigned flags)
 {
-  if (q->flags & S4K_ZONE_RAW)
+  if (flags & S4K_ZONE_RAW)
     return 0;
-  const uint64_t lba = q->off >> d->lbits, n = q->len >> d->lbits;
+  const uint64_t lba = off >> d->lbits, n = len >> d->lbits;
   int r = 0;
-  if (q->op == S4K_OP_READ)
+  if (op == S4K_OP_READ)
     r = s4k_zones_read (d->zones, lba, n);
-  else if (q->op == S4K_OP_WRITE || q->op == S4K_OP_ZERO) {
+  else if (op == S4K_OP_WRITE || op == S4K_OP_ZERO)
     r = s4k_zones_write (d->zones, lba, n);
-    q->zoned = r == 0;
-  }
   return r ? s4k_zone_errno (-r) : 0;
 }
 
@@ -392,10 +396,13 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
   if (op == S4K_OP_FLUSH)
     return 0;
   if (__builtin_expect (d->zones != NULL, 0) && op == S4K_OP_TRIM)
-    zone_clip_trim (d, q);
-  int r = plan (d, op, q->len, off, flags, &q->s, &q->t);
-  if (__builtin_expect (d->zones != NULL, 0) && r == 0)
-    r = zone_admit (d, q);
+    q->len = len = zone_clip_trim (d, len, off);
+  int r = plan (d, op, len, off, flags, &q->s, &q->t);
+  if (__builtin_expect (d->zones != NULL, 0) && r == 0) {
+    r = zone_admit (d, op, len, off, flags);
+    q->zoned = r == 0 && !(flags & S4K_ZONE_RAW) &&
+               (op == S4K_OP_WRITE || op == S4K_OP_ZERO);
+  }
   q->partial = op == S4K_OP_WRITE && d->partial_writes && r == 0 &&
                cuts (q);
   return r;
