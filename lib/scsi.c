@@ -531,6 +531,23 @@ salvage_round (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd)
   return n;
 }
 
+int
+s4k_scsi_op_run (struct s4k_dev *d, const struct s4k_scsi_op *op)
+{
+  switch (op->kind) {
+  case S4K_SCSI_OP_READ: return s4k_read (d, op->buf, op->len, op->off);
+  case S4K_SCSI_OP_WRITE:
+    return s4k_write (d, op->buf, op->len, op->off, op->flags);
+  case S4K_SCSI_OP_ZERO: return s4k_zero (d, op->len, op->off, op->flags);
+  case S4K_SCSI_OP_TRIM: return s4k_trim (d, op->len, op->off, op->flags);
+  case S4K_SCSI_OP_FLUSH: return s4k_flush (d);
+  case S4K_SCSI_OP_ZONE: return s4k_scsi_zone_op (d, op);
+  case S4K_SCSI_OP_SET_LOGICAL:
+    return s4k_dev_set_logical (d, (uint32_t) op->len);
+  }
+  return -EINVAL;
+}
+
 unsigned
 s4k_scsi_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
                unsigned failed, int r, unsigned cuts)

@@ -80,27 +80,16 @@ run_op (struct tcmu_ring *ring, const struct s4k_scsi_op *op, uint64_t *due)
     [S4K_SCSI_OP_FLUSH] = S4K_OP_FLUSH,
   };
   int r;
-  if (op->kind == S4K_SCSI_OP_SET_LOGICAL)
-    /* FORMAT UNIT: this ring's commands run one at a time, so none of
-     * its own is in flight. */
-    return s4k_dev_set_logical (dev, (uint32_t) op->len);
-  if (op->kind == S4K_SCSI_OP_ZONE)   /* ZBC OUT: zone state only, or a
-                                       reset's data discarded */
-    return s4k_scsi_zone_op (dev, op);
+  /* FORMAT UNIT's new block length (this ring's commands run one at a
+   * time, so none of its own is in flight) and ZBC OUT (zone state, or a
+   * reset's data discarded): not client data, not timed. */
+  if (op->kind == S4K_SCSI_OP_SET_LOGICAL || op->kind == S4K_SCSI_OP_ZONE)
+    return s4k_scsi_op_run (dev, op);
   if (op->kind > S4K_SCSI_OP_FLUSH)
     return -EINVAL;
   const uint64_t tag = s4k_client_begin (dev, &ring->client, kinds[op->kind],
                                          op->flags);
-  switch (op->kind) {
-  case S4K_SCSI_OP_READ: r = s4k_read (dev, op->buf, op->len, op->off); break;
-  case S4K_SCSI_OP_WRITE:
-    r = s4k_write (dev, op->buf, op->len, op->off, op->flags);
-    break;
-  case S4K_SCSI_OP_ZERO: r = s4k_zero (dev, op->len, op->off, op->flags); break;
-  case S4K_SCSI_OP_TRIM: r = s4k_trim (dev, op->len, op->off, op->flags); break;
-  case S4K_SCSI_OP_FLUSH: r = s4k_flush (dev); break;
-  default: return -EINVAL;
-  }
+  r = s4k_scsi_op_run (dev, op);
   r = s4k_client_end (dev, &ring->client, kinds[op->kind], tag, r);
   /* The timing model: the command completes when its last op would
    * have on the modelled drive. */

@@ -265,6 +265,11 @@ unsigned s4k_scsi_done (struct s4k_scsi_lun *lun, struct s4k_scsi_cmd *cmd,
  * -errno to hand to s4k_scsi_done. */
 int s4k_scsi_zone_op (struct s4k_dev *d, const struct s4k_scsi_op *op);
 
+/* Runs any op on device d, as its kind says: 0 or the -errno to hand to
+ * s4k_scsi_done.  (A front end that also counts requests per client or
+ * times them wraps this.) */
+int s4k_scsi_op_run (struct s4k_dev *d, const struct s4k_scsi_op *op);
+
 /* Frees what the command holds.  Call once per exec, after the result
  * (and data-in) has been copied out. */
 void s4k_scsi_cmd_release (struct s4k_scsi_cmd *cmd);

@@ -59,17 +59,7 @@ static int
 run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
 {
   last_kinds |= 1u << op->kind;
-  switch (op->kind) {
-  case S4K_SCSI_OP_READ: return s4k_read (d, op->buf, op->len, op->off);
-  case S4K_SCSI_OP_WRITE:
-    return s4k_write (d, op->buf, op->len, op->off, op->flags);
-  case S4K_SCSI_OP_ZERO: return s4k_zero (d, op->len, op->off, op->flags);
-  case S4K_SCSI_OP_TRIM: return s4k_trim (d, op->len, op->off, op->flags);
-  case S4K_SCSI_OP_FLUSH: return s4k_flush (d);
-  case S4K_SCSI_OP_SET_LOGICAL: return s4k_dev_set_logical (d, op->len);
-  case S4K_SCSI_OP_ZONE: return s4k_scsi_zone_op (d, op);
-  }
-  return -EINVAL;
+  return s4k_scsi_op_run (d, op);
 }
 
 static uint8_t

@@ -96,14 +96,7 @@ run (struct rig *t, const uint8_t *cdb, size_t len, void *data,
     int r = 0;
     for (; i < n; i++) {
       last_ops++;
-      const struct s4k_scsi_op *op = &last.ops[i];
-      r = op->kind == S4K_SCSI_OP_FLUSH ? s4k_flush (t->d)
-        : op->kind == S4K_SCSI_OP_READ ? s4k_read (t->d, op->buf, op->len,
-                                                   op->off)
-        : op->kind == S4K_SCSI_OP_WRITE ? s4k_write (t->d, op->buf, op->len,
-                                                     op->off, op->flags)
-        : -EINVAL;
-      if (r)
+      if ((r = s4k_scsi_op_run (t->d, &last.ops[i])))
         break;
     }
     n = s4k_scsi_done (t->lun, &last, i, r, 0);

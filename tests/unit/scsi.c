@@ -94,17 +94,7 @@ run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
       op->kind != S4K_SCSI_OP_SET_LOGICAL &&
       (op->len == 0 || op->off > size || op->len > size - op->off))
     ops_in_bounds = false;
-  switch (op->kind) {
-  case S4K_SCSI_OP_READ: return s4k_read (d, op->buf, op->len, op->off);
-  case S4K_SCSI_OP_WRITE:
-    return s4k_write (d, op->buf, op->len, op->off, op->flags);
-  case S4K_SCSI_OP_ZERO: return s4k_zero (d, op->len, op->off, op->flags);
-  case S4K_SCSI_OP_TRIM: return s4k_trim (d, op->len, op->off, op->flags);
-  case S4K_SCSI_OP_FLUSH: return s4k_flush (d);
-  case S4K_SCSI_OP_ZONE: return s4k_scsi_zone_op (d, op);
-  case S4K_SCSI_OP_SET_LOGICAL: return s4k_dev_set_logical (d, op->len);
-  }
-  return -EINVAL;
+  return s4k_scsi_op_run (d, op);
 }
 
 /* Runs one command as a front end does; returns its status.  cut_at:
