@@ -45,18 +45,14 @@ size_name (char *buf, size_t len, uint32_t bytes)
     snprintf (buf, len, "%" PRIu32, bytes);
 }
 
-void
-s4k_scsi_params_init (struct s4k_scsi_params *p, const struct s4k_geometry *g,
-                      uint32_t max_request, const char *name)
+/* The product name, serial and NAA id: stable per name and geometry.
+ * g is the geometry the keys gave, so a FORMAT UNIT to another block
+ * length (kept across restarts beside file=) leaves them as they were,
+ * as on a drive. */
+static void
+identity (struct s4k_scsi_params *p, const struct s4k_geometry *g,
+          const char *name)
 {
-  memset (p, 0, sizeof *p);
-  p->geom = *g;
-  p->max_request = max_request;
-  p->lbprz = true;
-  p->format_lengths = 1u << __builtin_ctz (g->logical);
-  p->rotation_rate = 1;         /* no timing model: non-rotating */
-  snprintf (p->vendor, sizeof p->vendor, "SECT4K");
-  /* The model as the presets name it, else LxP (+A). */
   char model[32], l[12], ph[12];
   if (g->logical == 512 && g->physical == 512)
     snprintf (model, sizeof model, "512n");
@@ -86,12 +82,32 @@ s4k_scsi_params_init (struct s4k_scsi_params *p, const struct s4k_geometry *g,
 }
 
 void
+s4k_scsi_params_init (struct s4k_scsi_params *p, const struct s4k_geometry *g,
+                      uint32_t max_request, const char *name)
+{
+  memset (p, 0, sizeof *p);
+  p->geom = *g;
+  p->max_request = max_request;
+  p->lbprz = true;
+  p->format_lengths = 1u << __builtin_ctz (g->logical);
+  p->rotation_rate = 1;         /* no timing model: non-rotating */
+  snprintf (p->vendor, sizeof p->vendor, "SECT4K");
+  /* The model as the presets name it, else LxP (+A). */
+  identity (p, g, name);
+}
+
+void
 s4k_scsi_params_from_config (struct s4k_scsi_params *p,
                              const struct s4k_config *c,
                              const struct s4k_geometry *g,
                              uint32_t max_request)
 {
   s4k_scsi_params_init (p, g, max_request, c->name);
+  /* The identity of the keys' geometry, not of a block length a FORMAT
+   * UNIT of an earlier start left (lib/dev_format.c). */
+  struct s4k_geometry keys_geom = *g;
+  keys_geom.logical = c->geom.logical;
+  identity (p, &keys_geom, c->name);
   p->write_cache = c->fault.write_cache;
   p->readonly = c->readonly;
   p->lbprz = c->upstream == NULL;

@@ -369,6 +369,9 @@ refusals (void)
   snprintf (fkey, sizeof fkey, "file=%s", path);
   snprintf (rec, sizeof rec, "%s.sect4k-geometry", path);
   rig_open (&t, (const char *[]) { "model=512e", fkey, NULL });
+  char serial[sizeof t.p.serial], product[sizeof t.p.product];
+  snprintf (serial, sizeof serial, "%s", t.p.serial);
+  snprintf (product, sizeof product, "%s", t.p.product);
   clear_ua (&t);
   ok (b4_lengths (&t) == (1u << 9 | 1u << 12) &&
       select_length (&t, 4096, false) == S4K_SCSI_GOOD &&
@@ -397,6 +400,9 @@ refusals (void)
       run (&t, rd, 10, b, 4096) == S4K_SCSI_GOOD && b[0] == 0xab &&
       b[4095] == 0xab, "file=: the next open (model=512e again) is 2048 x "
       "4096, with the data written after the format");
+  ok (strcmp (t.p.serial, serial) == 0 && strcmp (t.p.product, product) == 0,
+      "file=: the same drive after the restart: serial %s (was %s), "
+      "product '%s' (was '%s')", t.p.serial, serial, t.p.product, product);
   ok (select_length (&t, 512, false) == S4K_SCSI_GOOD &&
       run (&t, fu, 6, z, 4) == S4K_SCSI_GOOD, "file=: and back to 512");
   rig_close (&t);
