@@ -13,6 +13,7 @@
 #include "sect4k/scsi.h"
 #include "tap.h"
 #include "devrig.h"
+#include "scsirig.h"
 
 struct geo {
   const char *name;
@@ -82,27 +83,11 @@ rig_close (struct rig *t)
   s4k_dev_close (t->d);
 }
 
-static struct s4k_scsi_cmd last;
-static unsigned last_ops;
-
 static uint8_t
 run (struct rig *t, const uint8_t *cdb, size_t len, void *data,
      size_t data_len)
 {
-  last_ops = 0;
-  unsigned n = s4k_scsi_exec (t->lun, &last, cdb, len, data, data_len, 0);
-  while (n > 0) {
-    unsigned i = 0;
-    int r = 0;
-    for (; i < n; i++) {
-      last_ops++;
-      if ((r = s4k_scsi_op_run (t->d, &last.ops[i])))
-        break;
-    }
-    n = s4k_scsi_done (t->lun, &last, i, r, 0);
-  }
-  s4k_scsi_cmd_release (&last);
-  return last.status;
+  return scsi_run (t->lun, t->d, cdb, len, data, data_len);
 }
 
 static void

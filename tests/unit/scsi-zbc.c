@@ -14,6 +14,7 @@
 #include "sect4k/zone.h"
 #include "tap.h"
 #include "devrig.h"
+#include "scsirig.h"
 
 struct rig {
   struct s4k_config c;
@@ -47,34 +48,12 @@ rig_close (struct rig *t)
   s4k_dev_close (t->d);
 }
 
-static struct s4k_scsi_cmd last;
-static unsigned last_kinds;
-
-static int
-run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
-{
-  last_kinds |= 1u << op->kind;
-  return s4k_scsi_op_run (d, op);
-}
-
-/* Runs one command as a front end does (a pending UNIT ATTENTION
- * cleared first); returns its status. */
+/* Runs one command as a front end does; returns its status. */
 static uint8_t
 run (struct rig *t, const uint8_t *cdb, size_t cdb_len, void *data,
      size_t data_len)
 {
-  last_kinds = 0;
-  unsigned n = s4k_scsi_exec (t->lun, &last, cdb, cdb_len, data, data_len, 0);
-  while (n > 0) {
-    unsigned i = 0;
-    int r = 0;
-    for (; i < n; i++)
-      if ((r = run_op (t->d, &last.ops[i])) != 0)
-        break;
-    n = s4k_scsi_done (t->lun, &last, i, r, 0);
-  }
-  s4k_scsi_cmd_release (&last);
-  return last.status;
+  return scsi_run (t->lun, t->d, cdb, cdb_len, data, data_len);
 }
 
 static bool
