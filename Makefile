@@ -43,7 +43,8 @@ URING_LIBS = $(shell $(PKG_CONFIG) --libs liburing 2>/dev/null)
 # What a program linking the engine needs (the upstream store is libnbd).
 ENGINE_LIBS = $(URING_LIBS) $(LIBNBD_LIBS)
 
-ENGINE_SRCS := $(sort $(wildcard lib/*.c))
+ENGINE_SRCS := $(sort $(wildcard lib/*.c lib/*/*.c))
+ENGINE_HDRS := $(wildcard include/sect4k/*.h lib/*.h lib/*/*.h)
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(B)/%.o)
 ENGINE_LIB := $(B)/libsect4k.a
 # What is built, named here: the fragments' rules (bench.mk before
@@ -64,9 +65,13 @@ all: programs test-progs
 # What `make install` installs (the fragments add theirs), without the tests.
 programs: $(PLUGIN) $(MANPAGE)
 
-$(B)/%.o: %.c $(wildcard include/sect4k/*.h lib/*.h)
+$(B)/%.o: %.c $(ENGINE_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(NBDKIT_CFLAGS) $(URING_CFLAGS) $(LIBNBD_CFLAGS) -c $< -o $@
+
+# The engine's areas (lib/store, lib/fault, ...) include each other's
+# headers as "area/name.h"; only the engine and its tests see lib/.
+$(ENGINE_OBJS): CFLAGS_ALL += -Ilib
 
 $(ENGINE_LIB): $(ENGINE_OBJS)
 	@rm -f $@

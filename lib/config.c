@@ -10,7 +10,7 @@
 #include <strings.h>
 
 #include "sect4k/sect4k.h"
-#include "store.h"
+#include "store/store.h"
 
 const char s4k_config_help[] =
   "size=SIZE             Device size (required unless file= exists or\n"

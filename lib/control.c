@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fault.h"
+#include "fault/fault.h"
 #include "sect4k/unixsock.h"
 #include "sect4k/wlog.h"
 

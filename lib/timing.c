@@ -180,7 +180,7 @@ s4k_timing_rotation_rate (const struct s4k_timing_params *p)
 }
 
 /* The physical sectors a write of [off, off+len) only partly covers,
- * which are read, merged and written back (as lib/dev_plan.h's RMW): the
+ * which are read, merged and written back (as lib/dev/dev_plan.h's RMW): the
  * first and/or the last.  Returns how many. */
 static unsigned
 rmw_ends (const struct s4k_geometry *g, uint64_t len, uint64_t off,

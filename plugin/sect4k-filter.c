@@ -33,7 +33,7 @@
 #include "glue.h"
 /* The one front end that brings its own store (the next layer): the
  * store interface is otherwise private to lib/. */
-#include "../lib/store.h"
+#include "../lib/store/store.h"
 
 #define ZERO_CHUNK (1u << 30)
 

@@ -45,9 +45,9 @@ export SECT4K_FUZZ_REPLAY := $(abspath $(FUZZ_REPLAY))
 FUZZ_TIME ?= 60
 FUZZ_DIR := build/fuzz
 FUZZ_BIN := $(FUZZ_DIR)/fuzz-server
-$(FUZZ_BIN): server/fuzz.c $(CONN_SRCS) $(SERVER_HDRS) $(ENGINE_SRCS) $(wildcard include/sect4k/*.h lib/*.h)
+$(FUZZ_BIN): server/fuzz.c $(CONN_SRCS) $(SERVER_HDRS) $(ENGINE_SRCS) $(ENGINE_HDRS)
 	@mkdir -p $(dir $@)
-	clang -std=gnu11 -O1 -g -Iinclude -Wall -Wextra -Werror \
+	clang -std=gnu11 -O1 -g -Iinclude -Ilib -Wall -Wextra -Werror \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  $(URING_CFLAGS) -o $@ server/fuzz.c $(CONN_SRCS) $(ENGINE_SRCS) \
 	  -pthread $(ENGINE_LIBS)

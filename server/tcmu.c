@@ -4,7 +4,7 @@
  * The kernel maps a mailbox, a command ring and a data area through
  * /dev/uioN.  It appends entries at cmd_head and counts an interrupt;
  * we take them from cmd_tail, hand each CDB and its data to the SCSI
- * command layer (lib/scsi.c), run the engine operations it returns,
+ * command layer (lib/scsi/scsi.c), run the engine operations it returns,
  * write status and sense into the same entry, advance cmd_tail and write
  * 4 bytes to the fd so that the kernel completes them.
  *

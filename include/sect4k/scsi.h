@@ -111,7 +111,7 @@ struct s4k_scsi_params {
   bool sata;                  /* interface=sata: a SATA drive behind a SCSI/ATA
                                  Translation layer (SAT-4): INQUIRY vendor
                                  "ATA", the ATA Information VPD page (89h),
-                                 ATA PASS-THROUGH(12) and (16) (lib/scsi_ata.c);
+                                 ATA PASS-THROUGH(12) and (16) (lib/scsi/scsi_ata.c);
                                  else those are refused as on scsi_debug */
   /* The fault layer's bad sectors, for SMART (NULL: none): fills
    * *pending with the physical sectors that are bad now and

@@ -103,7 +103,7 @@ struct s4k_timing_cost {
 /* ---- configuration (shared key=value parser of plugin and server) ------ */
 
 /* Fault keys (write-cache=, power-cut-after=, torn=, seed=, cut-report=,
- * bad-sectors=, control=): parsed by lib/fault_config.c. */
+ * bad-sectors=, control=): parsed by lib/fault/fault_config.c. */
 enum s4k_torn { S4K_TORN_NONE, S4K_TORN_SECTOR, S4K_TORN_UNREADABLE,
                 S4K_TORN_GARBAGE, S4K_TORN_ZERO };
 struct s4k_fault_config {
@@ -163,7 +163,7 @@ int s4k_atomic_finish (struct s4k_atomic *a, const struct s4k_geometry *g,
   "                      atomic (SCSI WRITE ATOMIC(16)).\n"
 
 /* Zoned drives (issue 33; the zones: include/sect4k/zone.h, docs/
- * zoned.md): the zone keys, parsed by lib/zone.c. */
+ * zoned.md): the zone keys, parsed by lib/zone/zone.c. */
 
 enum s4k_zoned {
   S4K_ZONED_NONE,               /* default: a conventional drive */
@@ -615,7 +615,7 @@ int s4k_stats_save (const struct s4k_dev *d, const char *path);
 /* The one-screen human summary. */
 void s4k_stats_print (const struct s4k_dev *d, FILE *fp);
 
-/* ---- faults (lib/fault.c): off unless a fault key is given ------------ */
+/* ---- faults (lib/fault/fault.c): off unless a fault key is given ------------ */
 
 /* Cuts the power now (torn: the policy, or -1 for torn=).  Fills *report
  * (malloc'd JSON, may be NULL) and returns 0, or -ENOTSUP without the

@@ -5,7 +5,7 @@
  * replay-log reads ours and our reader reads the kernel's.  The format,
  * what sect4k adds to it and what "order" means: docs/write-log.md.
  *
- * The writer (write-log=PATH, lib/dev_plan.h) and the reader (scripts/
+ * The writer (write-log=PATH, lib/dev/dev_plan.h) and the reader (scripts/
  * sect4k-crash, tests) are both here, in lib/wlog.c. */
 #ifndef SECT4K_WLOG_H
 #define SECT4K_WLOG_H

@@ -4,7 +4,7 @@
  * state machine of ZBC-2 (SCSI) and ZAC-2 (ATA): zone types, conditions,
  * write pointers, the open and active limits, the checks a write or read
  * must pass, and the zone operations (report, open, close, finish, reset
- * write pointer).  Plain C, no front end; lib/zone.c.  What is wired and
+ * write pointer).  Plain C, no front end; lib/zone/zone.c.  What is wired and
  * what is not: docs/zoned.md.
  *
  * Units: the model counts logical blocks (LBAs), as ZBC does; the keys
@@ -202,7 +202,7 @@ int s4k_zones_report (struct s4k_zones *z, uint64_t lba, unsigned option,
 int s4k_zones_set_cond (struct s4k_zones *z, uint64_t zone_lba,
                         enum s4k_zone_cond cond);
 
-/* ---- the device's zones (lib/dev.c, lib/dev_sync.c) -------------------
+/* ---- the device's zones (lib/dev/dev.c, lib/dev/dev_sync.c) -------------------
 
  * On a device with zoned=, s4k_write and s4k_zero (and their s4k_aio_
  * twins) pass s4k_zones_write before they take a sector lock and fail

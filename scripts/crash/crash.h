@@ -130,7 +130,7 @@ struct outcome {
 /* One touched sector of a state.  Its bases: base b is the durable image
  * with the sector's first b kept writes (b = 0: old, b = nk: new), what
  * the device holds durable once those were destaged or settled before
- * the cut (lib/fault_cache.c): reverting or tearing goes back to one. */
+ * the cut (lib/fault/fault_cache.c): reverting or tearing goes back to one. */
 struct tsec {
   uint64_t k;
   unsigned lbas;

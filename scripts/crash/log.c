@@ -62,7 +62,7 @@ add_write (const struct s4k_wlog_entry *e, bool trim, bool durable)
   sector_range (s4k_sector_index (&g, end - 1), &sn, &en);
   /* The engine zeroes the whole physical sectors of a zero (durable at
    * once) but writes a sector it cuts after its RMW, through the cache
-   * unless FUA (lib/dev_plan.h): those pieces are unflushed writes. */
+   * unless FUA (lib/dev/dev_plan.h): those pieces are unflushed writes. */
   const bool head = zero && !(e->flags & S4K_WLOG_FUA) &&
                     (e->off != s1 || (s1 == sn && end != e1));
   const bool tail = zero && !(e->flags & S4K_WLOG_FUA) && s1 != sn &&

@@ -160,12 +160,12 @@ state_build (struct state *st)
 
 /* How many outcomes the policy allows sector t (those that give distinct
  * images): kept, reverted (to old, or to a base past it), and what an
- * interrupted write leaves.  Matches lib/fault_cut.c's fault_cut_locked:
+ * interrupted write leaves.  Matches lib/fault/fault_cut.c's fault_cut_locked:
  * a torn mix needs two logical sectors (so does unreadable, its
  * variant); garbage and zero do not.  A dirty sector's older image there
  * is whatever the device made durable before the cut: old, or (destaged
  * when the cache was full, or made durable by a FUA write, zero or trim
- * over it, or by settling an atomic unit, lib/fault_cache.c) a base. */
+ * over it, or by settling an atomic unit, lib/fault/fault_cache.c) a base. */
 static uint64_t
 n_torn_masks (const struct tsec *t, uint64_t diff)
 {

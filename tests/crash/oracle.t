@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """A brute-force oracle for sect4k-crash on small logs: every state the
 device could reach per the fault layer's model (README "Faults",
-lib/fault.c: per physical sector kept, reverted or the torn= outcome of
+lib/fault/fault.c: per physical sector kept, reverted or the torn= outcome of
 an interrupted write, over the durable prefix and any subset of the
 unflushed writes) is enumerated here independently, per logical sector,
 and compared with what the tool serves with --states all: every state it

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
-#include "store.h"
+#include "store/store.h"
 #include "aio.h"
 #include "tap.h"
 

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
-#include "store.h"
+#include "store/store.h"
 #include "tap.h"
 
 static const char *dir;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Sector-size conversion in place (lib/scsi_format.c, issue 34): what
+/* Sector-size conversion in place (lib/scsi/scsi_format.c, issue 34): what
  * `sg_format --format --size=N` sends (MODE SENSE(10) with the block
  * descriptor, MODE SELECT(10) with SP=1 then SP=0 and the new BLOCK
  * LENGTH, FORMAT UNIT with FMTDATA and CMPLST), 512e -> 4096 -> 512: the

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
-#include "store.h"
+#include "store/store.h"
 #include "tap.h"
 
 #define MAX_RUNS 64

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "sect4k/sect4k.h"
-#include "store.h"
+#include "store/store.h"
 #include "tap.h"
 
 /* ---- reference geometry (DESIGN.md, written the plain way) ----------- */

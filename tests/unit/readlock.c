@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "sect4k/sect4k.h"
-#include "store.h"
+#include "store/store.h"
 #include "tap.h"
 
 struct wrap {

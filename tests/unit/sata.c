@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The SCSI layer's SATA identity (interface=sata, lib/scsi_ata.c, issue
+/* The SCSI layer's SATA identity (interface=sata, lib/scsi/scsi_ata.c, issue
  * 34): the IDENTIFY DEVICE image of every preset and of odd geometries,
  * word by word as ACS-4 computes it, its checksum, and the inverse
  * (libata's formulas applied to the words give back the geometry); the

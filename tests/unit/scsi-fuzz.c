@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Fuzz target of the SCSI command layer (lib/scsi.c): CDBs and data-out
+/* Fuzz target of the SCSI command layer (lib/scsi/scsi.c): CDBs and data-out
  * bytes from the input, run as a front end runs them against a small
  * memory-store device, and the invariants that keep stored data safe:
  *

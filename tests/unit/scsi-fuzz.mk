@@ -12,9 +12,9 @@ SCSI_FUZZ_BIN := $(FUZZ_DIR)/fuzz-scsi
 SCSI_CORPUS := tests/unit/scsi-corpus
 .PHONY: fuzz-scsi fuzz-ci-scsi
 
-$(SCSI_FUZZ_BIN): tests/unit/scsi-fuzz.c $(ENGINE_SRCS) $(wildcard include/sect4k/*.h lib/*.h)
+$(SCSI_FUZZ_BIN): tests/unit/scsi-fuzz.c $(ENGINE_SRCS) $(ENGINE_HDRS)
 	@mkdir -p $(dir $@)
-	clang -std=gnu11 -O1 -g -Iinclude -Wall -Wextra -Werror -DS4K_LIBFUZZER \
+	clang -std=gnu11 -O1 -g -Iinclude -Ilib -Wall -Wextra -Werror -DS4K_LIBFUZZER \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  $(URING_CFLAGS) $(LIBNBD_CFLAGS) -o $@ tests/unit/scsi-fuzz.c $(ENGINE_SRCS) \
 	  -pthread $(ENGINE_LIBS)

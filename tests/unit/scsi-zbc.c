@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The SCSI layer's zoned block commands (ZBC-2, issue 33; lib/scsi_zbc.c)
+/* The SCSI layer's zoned block commands (ZBC-2, issue 33; lib/scsi/scsi_zbc.c)
  * against a real zoned memory-store device, in tests/unit/scsi.c's style:
  * the peripheral device type, VPD pages B1h and B6h byte for byte, READ
  * CAPACITY(16)'s RC BASIS, REPORT SUPPORTED OPERATION CODES, REPORT ZONES

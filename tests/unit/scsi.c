@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The SCSI command layer (lib/scsi.c, issue 22): every command it knows
+/* The SCSI command layer (lib/scsi/scsi.c, issue 22): every command it knows
  * and every sense it produces, the pages byte for byte on five
  * geometries, media commands run against a real memory-store device
  * (bad sectors and power cuts through the fault layer), and malformed

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The zone model (issue 33, lib/zone.c): the keys and their one-line
+/* The zone model (issue 33, lib/zone/zone.c): the keys and their one-line
  * refusals, the layout, every condition transition of ZBC-2's state
  * machine, every error with the sense it maps to, the open limit with
  * its implicit close, the active limit, host-aware writes, reads, and

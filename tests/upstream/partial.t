@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Partial writes (partial_writes in lib/store.h): a 512-byte write into a
+# Partial writes (partial_writes in lib/store/store.h): a 512-byte write into a
 # 4 KiB physical sector reaches the upstream as one 512-byte WRITE and no
 # read, where the upstream's minimum block size allows it; with
 # upstream-partial-writes=false, or an upstream whose minimum block size

@@ -23,10 +23,10 @@
 #include "sect4k/sect4k.h"
 #include "sect4k/wlog.h"
 #include "sect4k/zone.h"
-#include "store.h"
+#include "store/store.h"
 #include "lock.h"
-#include "stats.h"
-#include "stats_save.h"
+#include "stats/stats.h"
+#include "stats/stats_save.h"
 
 /* For what runs on every request: inline into each caller, so that the
  * synchronous calls fold the plan into straight code. */

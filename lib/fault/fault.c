@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "fault_priv.h"
-#include "stats.h"
+#include "stats/stats.h"
 
 /* ---- the layer --------------------------------------------------------- */
 

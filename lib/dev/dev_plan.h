@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "dev_priv.h"
-#include "fault.h"
+#include "fault/fault.h"
 
 /* 0, or the errno a request outside the device or refused by strict mode
  * gets: past the end, ENOSPC for writes and zeroes, EINVAL for the rest

@@ -347,7 +347,7 @@ log_page (const struct s4k_scsi_lun *lun, uint8_t log, uint32_t page,
   }
   if (log == LOG_SECTOR_CONFIG) {
     /* Sector Configuration log (ACS-4 9.21): a descriptor per length
-     * the drive takes (lib/scsi_format.c), as hdparm --set-sector-size
+     * the drive takes (lib/scsi/scsi_format.c), as hdparm --set-sector-size
      * reads it: byte 0 bit 7 valid, 3:2 DESCRIPTOR CHECK, 7:4 the
      * logical sector size in bytes (little-endian).  The check's low
      * byte is 0: hdparm (9.65) sends only the high byte of it. */

@@ -104,7 +104,7 @@ s4k_scsi_params_from_config (struct s4k_scsi_params *p,
 {
   s4k_scsi_params_init (p, g, max_request, c->name);
   /* The identity of the keys' geometry, not of a block length a FORMAT
-   * UNIT of an earlier start left (lib/dev_format.c). */
+   * UNIT of an earlier start left (lib/dev/dev_format.c). */
   struct s4k_geometry keys_geom = *g;
   keys_geom.logical = c->geom.logical;
   identity (p, &keys_geom, c->name);

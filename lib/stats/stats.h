@@ -29,7 +29,7 @@ struct tally {
   uint64_t rmw_sectors, rmw_read_bytes, store_write_bytes;
 };
 
-/* What the fault layer (lib/fault.c) saw during the thread's current
+/* What the fault layer (lib/fault/fault.c) saw during the thread's current
  * request, taken by its stats_count. */
 struct fault_tally {
   bool bad_sector_hit;          /* the request failed on a bad sector */

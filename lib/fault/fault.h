@@ -7,7 +7,7 @@
 #define S4K_FAULT_H
 
 #include "sect4k/sect4k.h"
-#include "store.h"
+#include "store/store.h"
 
 struct s4k_fault;
 

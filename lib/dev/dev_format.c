@@ -2,7 +2,7 @@
 /* Sector-size conversion in place (issue 34): the device switches its
  * logical size while the physical sectors and the alignment stay, as a
  * "fast format" drive switches between 512e and 4Kn (the SCSI layer's
- * FORMAT UNIT, lib/scsi_format.c, runs it).  On a file= store the new size
+ * FORMAT UNIT, lib/scsi/scsi_format.c, runs it).  On a file= store the new size
  * is recorded next to the file, FILE.sect4k-geometry, one line
  *
  *   sect4k-geometry logical=L physical=P alignment=A
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "dev_priv.h"
-#include "fault.h"
+#include "fault/fault.h"
 
 #define RECORD_SUFFIX ".sect4k-geometry"
 #define RECORD_PREFIX "sect4k-geometry "

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "fault_priv.h"
-#include "stats.h"
+#include "stats/stats.h"
 
 /* ---- bad sectors: sorted, disjoint, non-adjacent runs of sectors ------ */
 

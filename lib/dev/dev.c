@@ -11,8 +11,8 @@
 #include <stdlib.h>
 
 #include "dev_priv.h"
-#include "fault.h"
-#include "store_nbd.h"
+#include "fault/fault.h"
+#include "store/store_nbd.h"
 
 /* ---- lifecycle --------------------------------------------------------- */
 
