@@ -455,6 +455,77 @@ test_commands (void)
   scsi_rig_close (&t);
 }
 
+/* One LBA range entry of DATA SET MANAGEMENT, little-endian. */
+static void
+dsm_entry (uint8_t *e, uint64_t lba, uint16_t n)
+{
+  const uint64_t v = lba | (uint64_t) n << 48;
+  for (int b = 0; b < 8; b++)
+    e[b] = (uint8_t) (v >> (8 * b));
+}
+
+/* DATA SET MANAGEMENT TRIM as hdparm --trim-sector-ranges sends it (DMA,
+ * T_DIR to the device, COUNT blocks of ranges): one trim per range,
+ * whole physical sectors read zeroes after, a cut one keeps its data
+ * (as UNMAP); the refusals are ABORT with nothing run. */
+static void
+test_trim (void)
+{
+  struct scsi_rig t;
+  rig_open (&t, &geos[1], NULL);                          /* 512e */
+  clear_ua (&t);
+  static uint8_t buf[64 * 512], ranges[512 * 9];
+  uint8_t c[16], id[512];
+  ata16 (c, PIO_IN, IN_BLOCKS, 0xec, 0, 1, 0, false);
+  scsi_rig_run (&t, c, 16, id, 512);
+  ok (id[2 * 105] == 8 && id[2 * 105 + 1] == 0 && (id[2 * 169] & 1),
+      "IDENTIFY: TRIM supported (169), 8 blocks of ranges (105)");
+  memset (buf, 0xab, sizeof buf);
+  uint8_t w10[10] = { 0x2a, 0, 0, 0, 0, 0, 0, 0, 64, 0 };
+  scsi_rig_run (&t, w10, 10, buf, sizeof buf);
+  memset (ranges, 0, sizeof ranges);
+  dsm_entry (ranges, 8, 8);             /* physical sector 1 */
+  dsm_entry (ranges + 16, 40, 4);       /* half of physical sector 5 */
+  dsm_entry (ranges + 504, 48, 16);     /* the last entry: sectors 6-7 */
+  const uint8_t dma_out = 0x06;         /* BYT_BLOCK, T_LENGTH in COUNT */
+  ata16 (c, 6, dma_out, 0x06, 0x01, 1, 0, true);
+  ok (scsi_rig_run (&t, c, 16, ranges, 512) == S4K_SCSI_GOOD &&
+      last_ops == 3 && last_kinds == 1u << S4K_SCSI_OP_TRIM,
+      "DSM TRIM of 3 ranges (one unused between): 3 trims, GOOD");
+  uint8_t r10[10] = { 0x28, 0, 0, 0, 0, 0, 0, 0, 64, 0 };
+  memset (buf, 0x55, sizeof buf);
+  scsi_rig_run (&t, r10, 10, buf, sizeof buf);
+  bool zero = true, kept = true;
+  for (unsigned lba = 0; lba < 64; lba++)
+    for (unsigned i = 0; i < 512; i++) {
+      const bool trimmed = (lba >= 8 && lba < 16) || lba >= 48;
+      if (trimmed && buf[512 * lba + i] != 0)
+        zero = false;
+      if (!trimmed && buf[512 * lba + i] != 0xab)
+        kept = false;
+    }
+  ok (zero && kept, "whole physical sectors trimmed read zeroes; the rest, "
+      "and the cut sector 5, keep their data");
+  ata16 (c, 6, dma_out, 0x06, 0x01, 1, 0, true);
+  memset (ranges, 0, 512);
+  dsm_entry (ranges, 16383, 2);         /* past the 8 MiB end */
+  ok (scsi_rig_run (&t, c, 16, ranges, 512) == S4K_SCSI_CHECK_CONDITION &&
+      ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04) &&
+      last_ops == 0, "a range past the end: ABORT, nothing trimmed");
+  dsm_entry (ranges, 0, 8);
+  ata16 (c, 6, dma_out, 0x06, 0x00, 1, 0, true);
+  ok (scsi_rig_run (&t, c, 16, ranges, 512) == S4K_SCSI_CHECK_CONDITION &&
+      last_ops == 0, "DSM without the TRIM bit: ABORT");
+  ata16 (c, 6, dma_out, 0x06, 0x01, 9, 0, true);
+  ok (scsi_rig_run (&t, c, 16, ranges, sizeof ranges) ==
+      S4K_SCSI_CHECK_CONDITION && last_ops == 0,
+      "9 blocks of ranges (word 105 says 8): ABORT");
+  ata16 (c, 6, IN_BLOCKS, 0x06, 0x01, 1, 0, true);
+  scsi_rig_run (&t, c, 16, ranges, 512);
+  ok (bad_field (1, 4), "DSM as DMA from the device: refused (protocol)");
+  scsi_rig_close (&t);
+}
+
 static void
 test_scsi_default (void)
 {
@@ -515,6 +586,7 @@ main (void)
   const char *wc[] = { "write-cache=true", "timing=hdd7200", NULL };
   test_identify (&geos[1], wc, " write-cache hdd7200", true, 7200);
   test_commands ();
+  test_trim ();
   test_scsi_default ();
   printf ("1..%u\n", tap_n);
   return tap_failed != 0;
