@@ -38,8 +38,7 @@ zones_path (const struct s4k_config *c, char *path, size_t len, char *err,
 int
 dev_zones_file_check (const struct s4k_config *c, char *err, size_t errlen)
 {
-  if (c->zone.model == S4K_ZONED_NONE || !c->file || c->zone.reformat ||
-      !c->have_size)
+  if (c->zone.model == S4K_ZONED_NONE || !c->file || c->zone.reformat)
     return 0;
   char path[4096], head[4096];
   if (zones_path (c, path, sizeof path, err, errlen) == -1)
@@ -47,6 +46,20 @@ dev_zones_file_check (const struct s4k_config *c, char *err, size_t errlen)
   int fd = open (path, O_RDONLY | O_CLOEXEC);
   if (fd == -1)
     return 0;                   /* none yet, or open() says why later */
+  /* The state of a data file that is gone would describe a new, empty
+   * one. */
+  struct stat st;
+  if (stat (c->file, &st) == -1 && errno == ENOENT) {
+    close (fd);
+    snprintf (err, errlen, "file=%s: does not exist, but %s does (the zone "
+              "state of a file that is gone): zone-reformat=true starts "
+              "every zone empty", c->file, path);
+    return -1;
+  }
+  if (!c->have_size) {
+    close (fd);
+    return 0;                   /* the file's size: checked once open */
+  }
   ssize_t n = pread (fd, head, sizeof head, 0);
   close (fd);
   struct s4k_zone_config zc = c->zone;

@@ -288,6 +288,18 @@ test_layout (void)
       zone (d, 0).cond == S4K_ZC_EMPTY, "zone-reformat=true: all empty");
   s4k_dev_close (d);
 
+  /* The data file gone, its zone state left. */
+  char gone[300];
+  snprintf (gone, sizeof gone, "%s/a.img", dir);
+  ok (unlink (gone) == 0, "a.img removed, a.img.sect4k-zones left");
+  snprintf (want, sizeof want, "file=%s: does not exist, but %s.sect4k-zones "
+            "does (the zone state of a file that is gone): zone-reformat="
+            "true starts every zone empty", gone, gone);
+  err[0] = '\0';
+  ok (try_open (&d, keys (k8, "a.img"), err, sizeof err) == -1 &&
+      strcmp (err, want) == 0 && access (gone, F_OK) == -1,
+      "refused, and no new data file made: %s", err);
+
   /* Damaged state files. */
   char path[512];
   snprintf (path, sizeof path, "%s/plain.img.sect4k-zones", dir);
