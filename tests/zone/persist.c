@@ -651,6 +651,8 @@ ctl (const char *path, const char *line, char *out, size_t len)
   close (fd);
 }
 
+static const char *top;         /* the source tree, for scripts/ */
+
 static void
 test_control (void)
 {
@@ -678,6 +680,31 @@ test_control (void)
               "non-seq=0\n"
               "ok\n") == 0, "zone list: one line per zone"))
     diag ("%s", out);
+  /* The client, scripts/sect4k-ctl: the lines without "ok", status 0;
+   * an error on stderr, status 1. */
+  if (top) {
+    char cmd[1200], got[4096] = "";
+    snprintf (cmd, sizeof cmd, "%s/scripts/sect4k-ctl %s zone list 2>&1",
+              top, sock);
+    FILE *p = popen (cmd, "r");
+    size_t n = p ? fread (got, 1, sizeof got - 1, p) : 0;
+    got[n] = '\0';
+    int st = p ? pclose (p) : -1;
+    ok (st == 0 && strncmp (got, "start=0 len=8192 type=conventional "
+                            "cond=read-only wp=- non-seq=0\n", 64) == 0 &&
+        !strstr (got, "ok\n"), "sect4k-ctl SOCK zone list: the zones");
+    snprintf (cmd, sizeof cmd, "%s/scripts/sect4k-ctl %s zone offline 1 "
+              "2>&1", top, sock);
+    p = popen (cmd, "r");
+    n = p ? fread (got, 1, sizeof got - 1, p) : 0;
+    got[n] = '\0';
+    st = p ? pclose (p) : -1;
+    ok (WIFEXITED (st) && WEXITSTATUS (st) == 1 &&
+        strcmp (got, "sect4k-ctl: zone 1: not the first LBA of a zone "
+                "(zones are 8192 LBAs; this one starts at 0)\n") == 0,
+        "sect4k-ctl SOCK zone offline 1: status 1, %.*s",
+        (int) strcspn (got, "\n"), got);
+  }
   ok (s4k_zone_err_of (s4k_write (d, buf, 4096, B (Z (1)), 0)) ==
       S4K_ZERR_OFFLINE &&
       s4k_zone_err_of (s4k_write (d, buf, 4096, 0, 0)) == S4K_ZERR_READ_ONLY,
@@ -725,8 +752,9 @@ test_control (void)
 }
 
 int
-main (void)
+main (int argc, char **argv)
 {
+  top = argc > 1 ? argv[1] : NULL;
   const char *tmp = getenv ("TMPDIR");
   snprintf (dir, sizeof dir, "%s/s4k-zone-persist-XXXXXX", tmp ? tmp : "/tmp");
   if (!mkdtemp (dir))
