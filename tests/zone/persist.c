@@ -10,6 +10,7 @@
  * commands. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "devrig.h"
 
 static char dir[256];
+void closed_view (struct s4k_zone_desc *z);
 
 /* "KEYS file=DIR/NAME" */
 static const char *
@@ -332,6 +334,74 @@ test_layout (void)
       strcmp (err, want) == 0, "refused: %s", err);
 }
 
+/* ---- threads ----------------------------------------------------------- */
+
+/* Four threads append to zones 1-8 at once, each write at the pointer
+ * the report gives (two threads may race for one pointer: the loser is
+ * refused); the records on file then equal the zones in memory. */
+struct racer {
+  struct s4k_dev *d;
+  unsigned id, done, refused;
+};
+
+static void *
+race (void *arg)
+{
+  struct racer *r = arg;
+  static char buf[65536];
+  for (unsigned i = 0; i < 400; i++) {
+    /* Two threads on each zone at a time. */
+    const uint64_t zl = Z (1 + (i + (r->id & 1)) % 8);
+    struct s4k_zone_desc z = zone (r->d, zl);
+    if (z.cond == S4K_ZC_FULL)
+      s4k_dev_zone_op (r->d, S4K_ZOP_RESET, zl, false);
+    else if (s4k_write (r->d, buf, 65536, B (z.wp), i % 16 ? 0 : S4K_FUA)
+             == 0)
+      r->done++;
+    else
+      r->refused++;
+  }
+  return NULL;
+}
+
+static void
+test_threads (void)
+{
+  const char *k = keys ("size=64M model=512e zoned=host-managed zone-size=4M "
+                        "zone-conventional=1", "t.img");
+  struct s4k_dev *d = open_dev (k);
+  pthread_t t[4];
+  struct racer r[4];
+  for (unsigned i = 0; i < 4; i++) {
+    r[i] = (struct racer) { d, i + 1, 0, 0 };
+    pthread_create (&t[i], NULL, race, &r[i]);
+  }
+  unsigned done = 0, refused = 0;
+  for (unsigned i = 0; i < 4; i++) {
+    pthread_join (t[i], NULL);
+    done += r[i].done;
+    refused += r[i].refused;
+  }
+  struct s4k_zone_desc before[16], after[16];
+  report_all (s4k_dev_zones (d), before, 16);
+  s4k_dev_close (d);
+  d = open_dev (k);
+  report_all (s4k_dev_zones (d), after, 16);
+  bool match = true;
+  for (int i = 0; i < 16; i++) {
+    closed_view (&before[i]);
+    if (!same (&before[i], &after[i])) {
+      show ("want", &before[i]);
+      show ("got", &after[i]);
+      match = false;
+    }
+  }
+  ok (match && done > 100, "4 threads, %u writes accepted, %u refused "
+      "(a pointer raced for, or a zone full), zones reset when full: the "
+      "zones reopen as they were", done, refused);
+  s4k_dev_close (d);
+}
+
 /* ---- SIGKILL ------------------------------------------------------------ */
 
 /* A small device: 2 conventional and 30 sequential zones of 1 MiB
@@ -502,7 +572,7 @@ replay (uint64_t seed, uint64_t n, struct track *t, const struct ack *acks)
   return m;
 }
 
-static void
+void
 closed_view (struct s4k_zone_desc *z)
 {
   if (z->cond == S4K_ZC_IMP_OPEN || z->cond == S4K_ZC_EXP_OPEN)
@@ -763,6 +833,7 @@ main (int argc, char **argv)
   test_restart ();
   test_layout ();
   test_control ();
+  test_threads ();
   test_kill ();
   char cmd[300];
   snprintf (cmd, sizeof cmd, "rm -rf '%s'", dir);
