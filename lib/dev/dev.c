@@ -112,6 +112,18 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     store->ops->close (store);
     return -ENOMEM;
   }
+  /* The zone state the file was left with (a new file: all empty). */
+  if (d->zones && c->file &&
+      dev_zones_file_open (d, c, err, errlen) == -1) {
+    free (d->geom_record);
+    s4k_zones_free (d->zones);
+    s4k_wlog_free (d->wlog);
+    s4k_timing_free (d->timing);
+    s4k_locks_free (d->locks);
+    free (d);
+    store->ops->close (store);
+    return -EINVAL;
+  }
   /* Every request of a zoned device passes the zone checks: no fast
    * path skips them. */
   d->fast_max = d->counting || d->zones ? 0 : d->max_request;
@@ -133,6 +145,9 @@ s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
 
   /* A FORMAT UNIT on an earlier start changed the logical size. */
   if (cfg.file && dev_format_record_apply (&cfg, err, errlen) == -1)
+    return -EINVAL;
+  /* A zone layout that is not the file's, before size= grows it. */
+  if (cfg.file && dev_zones_file_check (&cfg, err, errlen) == -1)
     return -EINVAL;
   /* The file store may take the size from the file. */
   if (cfg.file && !(store = s4k_file_store_new (&cfg, &cfg.geom.size,
@@ -173,6 +188,7 @@ s4k_dev_close (struct s4k_dev *d)
   s4k_timing_free (d->timing);
   s4k_wlog_free (d->wlog);
   free (d->geom_record);
+  dev_zones_file_close (d);
   s4k_zones_free (d->zones);
   free (d);
 }

@@ -183,6 +183,71 @@ zoned_case () {
   scsi_pid= scsi_dev=
 }
 
+# zoned_restart: file= keeps the zones across a restart (a SIGTERM):
+# the same report, but open zones closed (empty where nothing was
+# written), as a power cycle leaves a drive; the write pointers hold.
+zoned_restart () {
+  local pfx="zoned file= restart" img=/tmp/zoned-file.img before after want
+  rm -f "$img" "$img.sect4k-zones"
+  zoned_start () {
+    rm -f /tmp/zoned-file.out
+    # shellcheck disable=SC2086
+    sect4k-server size=${ZONED_MB}M model=512e $ZONED_KEYS file="$img" --scsi \
+      >/tmp/zoned-file.out 2>/tmp/zoned-file.log &
+    scsi_pid=$!
+    wait_for 60 sh -c "grep -q '^/dev/sd' /tmp/zoned-file.out || ! kill -0 $scsi_pid 2>/dev/null"
+    scsi_dev=$(sed -n 's|^\(/dev/sd[a-z]*\).*|\1|p' /tmp/zoned-file.out | head -n 1)
+    [ -n "$scsi_dev" ] && [ -b "$scsi_dev" ]
+  }
+  if ! zoned_start; then
+    nok "$pfx: sect4k-server --scsi file=$img printed a /dev/sdX"
+    diag "$(cat /tmp/zoned-file.out)" "$(tail -n 5 /tmp/zoned-file.log)"
+    tidy "$pfx"; return
+  fi
+  before=$(zoned_ops "$scsi_dev")
+  stop_pid "$scsi_pid" 60
+  is "$pfx: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
+  if ! zoned_start; then
+    nok "$pfx: restarted on the same file"
+    diag "$(cat /tmp/zoned-file.out)" "$(tail -n 5 /tmp/zoned-file.log)"
+    tidy "$pfx"; return
+  fi
+  after=$(blkzone report "$scsi_dev" 2>&1)
+  want=$(printf '%s\n' "$before" | grep '^ *start:' | awk '
+    /zcond: [23]\(o[ie]\)/ {
+      if ($0 ~ /wptr 0x0+ /) sub(/zcond: [23]\(o[ie]\)/, "zcond: 1(em)")
+      else sub(/zcond: [23]\(o[ie]\)/, "zcond: 4(cl)")
+    }
+    { print }')
+  if [ "$after" = "$want" ]; then
+    ok "$pfx: blkzone report after a restart: the same zones, open ones closed"
+  else
+    nok "$pfx: blkzone report after a restart: the same zones, open ones closed"
+    printf '%s\n' "$want" > /tmp/zoned-want.txt
+    printf '%s\n' "$after" > /tmp/zoned-after.txt
+    diag "$(diff /tmp/zoned-want.txt /tmp/zoned-after.txt | head -n 40)"
+  fi
+  says "$pfx: ... closed and full zones among them" "$after" 'zcond: 4(cl)' 'zcond:14(fu)'
+  diag "$(printf '%s\n' "$before" | grep '^ *start:' | head -n 9)" "---- after the restart:" \
+       "$(printf '%s\n' "$after" | head -n 9)"
+  # Zone 1 holds 3 blocks: a write at block 3 is at its pointer, one at
+  # block 0 is not.
+  local z=$((ZONE_MB * 2048))
+  if dd if=/dev/urandom of="$scsi_dev" bs=4096 seek=$(( z / 8 + 3 )) count=1 \
+       oflag=direct conv=notrunc 2>/dev/null &&
+     ! dd if=/dev/zero of="$scsi_dev" bs=4096 seek=$(( z / 8 )) count=1 \
+       oflag=direct conv=notrunc 2>/dev/null; then
+    ok "$pfx: zone 1's write pointer held: a write there passes, one below it fails"
+  else
+    nok "$pfx: zone 1's write pointer held"
+    diag "$(blkzone report -o $z -c 1 "$scsi_dev" 2>&1)"
+  fi
+  stop_pid "$scsi_pid" 60
+  is "$pfx: sect4k-server exits 0 on SIGTERM again" "$stop_rc" 0
+  scsi_pid= scsi_dev=
+  rm -f "$img" "$img.sect4k-zones"
+}
+
 suite_zoned () {
   local t0=$(date +%s)
   if ! sect4k-server --help 2>&1 | grep -q -- 'zoned='; then
@@ -203,5 +268,7 @@ suite_zoned () {
   zoned_case 512e model=512e sector_size=512 physblk_exp=3
   tidy "zoned 512e"
   zoned_case 4kn model=4kn sector_size=4096
+  tidy "zoned 4kn"
+  zoned_restart
   diag "zoned suite: $(( $(date +%s) - t0 )) s"
 }
