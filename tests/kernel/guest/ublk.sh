@@ -1,0 +1,202 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# The ublk suite of the kernel tests (issue 35), sourced by tests.sh after
+# scsi.sh (its ok/nok/is/check/says/diag helpers, wait_for, write_rmw):
+#   ublk  sect4k-server --ublk: /dev/ublkbN per geometry (512n, 512e,
+#         4kn) checked through sysfs; one RMW for a 512-byte O_DIRECT
+#         write on 512e; ext4; a power cut through the control socket
+#         against its report; --ublk --run leaves no device on success,
+#         failure and SIGTERM; a SIGKILLed server's device is deleted by
+#         the next start.  Linux 6.1 has no ublk_drv in Debian: it skips.
+blockdev () { /opt/bin/blockdev "$@"; }
+
+# NAME L P ROT WC MAXREQ(KiB) KEYS: what the kernel must show.  Timing
+# presets with their latencies at 0: only the rotation they report.
+cat > /tmp/ublk-cases <<'CASES'
+512n  512   512   1  false  256    model=512n max-request=256k timing=hdd7200 latency-read=0 latency-write=0 latency-rmw=0 rate=0
+512e  512   4096  0  true   1024   model=512e max-request=1M write-cache=true write-cache-size=1M torn=none timing=ssd latency-read=0 latency-write=0 latency-rmw=0 rate=0
+4kn   4096  4096  0  false  32768  model=4kn
+CASES
+
+# ublk_devs: our ublk devices in sysfs (the control nodes stay until
+# DEL_DEV: empty when nothing of ours is left).
+ublk_devs () { ls -d /sys/class/ublk-char/ublkc* /sys/block/ublkb* 2>/dev/null | tr '\n' ' '; }
+
+# ublk_start NAME KEYS...: sect4k-server KEYS --ublk with a control
+# socket /tmp/NAME.ctl; sets ublk_pid and ublk_dev.
+ublk_start () {
+  local name=$1; shift
+  rm -f "/tmp/$name.ctl" "/tmp/$name.out"
+  sect4k-server size=64M "$@" control="/tmp/$name.ctl" --ublk \
+    >"/tmp/$name.out" 2>"/tmp/$name.log" &
+  ublk_pid=$!
+  case_pids="$case_pids $ublk_pid"   # tidy stops it if the case fails
+  wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/$name.out || ! kill -0 $ublk_pid 2>/dev/null"
+  ublk_dev=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' "/tmp/$name.out" | head -n 1)
+  [ -n "$ublk_dev" ] && wait_for 10 test -b "$ublk_dev" && return 0
+  diag "sect4k-server --ublk for $name gave no device:" "$(cat "/tmp/$name.out")" "$(tail -n 5 "/tmp/$name.log")"
+  ublk_dev=
+  return 1
+}
+# ublk_stop PFX: SIGTERM; exit 0, the device gone.
+ublk_stop () {
+  local b=${ublk_dev#/dev/}
+  stop_pid "$ublk_pid" 60
+  is "$1: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
+  [ -z "$b" ] || check "$1: ... and /dev/$b is gone" test ! -e "/sys/block/$b"
+  ublk_pid= ublk_dev=
+}
+
+ublk_sysfs () {
+  local pfx=$1 dev=$2 L=$3 P=$4 rot=$5 wc=$6 max=$7 q want fua
+  q=/sys/block/${dev#/dev/}/queue
+  is "$pfx: logical_block_size $L" "$(cat $q/logical_block_size)" "$L"
+  is "$pfx: physical_block_size $P" "$(cat $q/physical_block_size)" "$P"
+  is "$pfx: minimum_io_size $P" "$(cat $q/minimum_io_size)" "$P"
+  is "$pfx: optimal_io_size $P (ublk cannot say none: the physical size)" "$(cat $q/optimal_io_size)" "$P"
+  is "$pfx: alignment_offset 0" "$(cat /sys/block/${dev#/dev/}/alignment_offset)" 0
+  is "$pfx: max_hw_sectors_kb $max (max-request)" "$(cat $q/max_hw_sectors_kb)" "$max"
+  check "$pfx: max_sectors_kb $(cat $q/max_sectors_kb) <= $max" test "$(cat $q/max_sectors_kb)" -le "$max"
+  is "$pfx: rotational $rot" "$(cat $q/rotational)" "$rot"
+  if [ "$wc" = true ]; then want="write back" fua=1; else want="write through" fua=0; fi
+  is "$pfx: write_cache '$want' (write-cache=$wc)" "$(cat $q/write_cache)" "$want"
+  is "$pfx: fua $fua" "$(cat $q/fua)" "$fua"
+  is "$pfx: discard_granularity $P" "$(cat $q/discard_granularity)" "$P"
+  is "$pfx: discard_max_hw_bytes 1 GiB (as the SCSI disk's UNMAP)" "$(cat $q/discard_max_hw_bytes)" 1073741824
+  is "$pfx: write_zeroes_max_bytes 1 GiB (as WRITE SAME)" "$(cat $q/write_zeroes_max_bytes)" 1073741824
+  is "$pfx: blockdev --getss --getpbsz --getalignoff" \
+    "$(blockdev --getss --getpbsz --getalignoff "$dev" | tr '\n' ' ')" "$L $P 0 "
+}
+
+# ublk_data PFX DEV L: O_DIRECT writes read back, discard and zeroes.
+ublk_data () {
+  local pfx=$1 dev=$2 L=$3
+  head -c 196608 /dev/urandom > /tmp/ub.a
+  dd if=/tmp/ub.a of="$dev" bs="$L" seek=$(( 1048576 / L + 1 )) oflag=direct conv=notrunc status=none
+  dd if="$dev" of=/tmp/ub.back bs="$L" skip=$(( 1048576 / L + 1 )) count=$(( 196608 / L )) iflag=direct status=none
+  check "$pfx: O_DIRECT write and read back: the same bytes" cmp -s /tmp/ub.a /tmp/ub.back
+  check "$pfx: blkdiscard -z (write zeroes) of 1 MiB" /opt/bin/blkdiscard -z -o 1048576 -l 1048576 "$dev"
+  dd if="$dev" of=/tmp/ub.back bs=65536 skip=16 count=16 iflag=direct status=none
+  check "$pfx: ... reads as zeroes" test -z "$(tr -d '\0' < /tmp/ub.back | head -c 1)"
+  check "$pfx: blkdiscard of the whole device" /opt/bin/blkdiscard "$dev"
+  rm -f /tmp/ub.*
+}
+
+# ublk_fs PFX DEV: ext4 made, mounted, written, unmounted, fsck clean.
+ublk_fs () {
+  local pfx=$1 dev=$2 out rc
+  mkdir -p /mnt
+  if ! mke2fs -q -F -t ext4 "$dev" || ! mount -t ext4 "$dev" /mnt; then
+    nok "$pfx: mkfs.ext4 and mount"; return
+  fi
+  head -c 300000 /dev/urandom > /tmp/ub.f
+  cp /tmp/ub.f /mnt/f && sync
+  check "$pfx: ext4: a file written reads back" cmp -s /tmp/ub.f /mnt/f
+  umount /mnt
+  out=$(e2fsck -fn "$dev" 2>&1); rc=$?
+  is "$pfx: e2fsck -fn is clean" "$rc" 0
+  [ "$rc" = 0 ] || diag "$out"
+  rm -f /tmp/ub.f
+}
+
+# ublk_cut PFX DEV CTL: write-cache=true, torn=none: a flushed write stays,
+# an unflushed one in the volatile cache is lost at the cut, as the cut
+# report says (one sector reverted, at LBA 4096), and the device reads so.
+ublk_cut () {
+  local pfx=$1 dev=$2 ctl=$3 out
+  head -c 4096 /dev/urandom > /tmp/ub.kept
+  head -c 4096 /dev/urandom > /tmp/ub.lost
+  dd if=/tmp/ub.kept of="$dev" bs=4096 seek=256 oflag=direct conv=notrunc,fsync status=none
+  dd if=/tmp/ub.lost of="$dev" bs=4096 seek=512 oflag=direct conv=notrunc status=none
+  out=$(sect4k-ctl "$ctl" power-cut)
+  check "$pfx: the control socket cut the power" test $? = 0
+  says "$pfx: the cut report: one sector reverted, LBA 4096 (the unflushed write)" "$out" \
+    '"reverted": 1' '"lba": 4096,.*"outcome": "reverted"'
+  dd if="$dev" of=/tmp/ub.back bs=4096 skip=256 count=1 iflag=direct status=none
+  check "$pfx: the flushed write is on the device" cmp -s /tmp/ub.kept /tmp/ub.back
+  dd if="$dev" of=/tmp/ub.back bs=4096 skip=512 count=1 iflag=direct status=none
+  check "$pfx: the unflushed one is gone, as reported (zeroes)" test -z "$(tr -d '\0' < /tmp/ub.back | head -c 1)"
+  check "$pfx: the device serves after the cut" \
+    dd if=/tmp/ub.lost of="$dev" bs=4096 seek=512 oflag=direct conv=notrunc,fsync status=none
+  rm -f /tmp/ub.*
+}
+
+ublk_captive () {
+  local pfx st pid cmd
+  cmd='b=${dev#/dev/}; echo "dev=$dev"; test -b "$dev" && echo block=yes;
+    echo "lbs=$(cat /sys/block/$b/queue/logical_block_size) pbs=$(cat /sys/block/$b/queue/physical_block_size)"'
+  pfx="ublk --run"
+  sect4k-server size=16M model=512e --ublk --run "$cmd" >/tmp/ucap1.out 2>/tmp/ucap1.log
+  is "$pfx: exit status 0" $? 0
+  says "$pfx: the command saw \$dev, 512e" "$(cat /tmp/ucap1.out)" '^dev=/dev/ublkb' '^block=yes' '^lbs=512 pbs=4096'
+  is "$pfx: ... and no ublk device is left" "$(ublk_devs)" ""
+  pfx="ublk --run, the command fails"
+  sect4k-server size=16M model=512e --ublk --run "$cmd; exit 3" >/tmp/ucap2.out 2>/tmp/ucap2.log
+  is "$pfx: exit status 3" $? 3
+  is "$pfx: ... and no ublk device is left" "$(ublk_devs)" ""
+  pfx="ublk --run, SIGTERM mid-run"
+  rm -f /tmp/ucap3.ready
+  sect4k-server size=16M model=512e --ublk \
+    --run "$cmd; touch /tmp/ucap3.ready; exec sleep 120" >/tmp/ucap3.out 2>/tmp/ucap3.log &
+  pid=$!
+  wait_for 60 test -e /tmp/ucap3.ready || diag "$(cat /tmp/ucap3.out /tmp/ucap3.log)"
+  kill -TERM "$pid"; wait "$pid"; st=$?
+  is "$pfx: exit status 143" $st 143
+  is "$pfx: ... and no ublk device is left" "$(ublk_devs)" ""
+  pfx="ublk --run, named exports"
+  sect4k-server size=16M exports=512e,4kn --ublk --run 'for d in "$dev" "$dev_512e" "$dev_4kn"; do
+      echo "$d $(cat /sys/block/${d#/dev/}/queue/logical_block_size)"; done' >/tmp/ucapn.out 2>/tmp/ucapn.log
+  is "$pfx: exit status 0" $? 0
+  says "$pfx: \$dev and \$dev_512e are 512e, \$dev_4kn 4kn" "$(cat /tmp/ucapn.out)" \
+    "^/dev/ublkb[0-9]* 512\$" "^/dev/ublkb[0-9]* 4096\$"
+  is "$pfx: ... \$dev is \$dev_512e" "$(sed -n 1p /tmp/ucapn.out)" "$(sed -n 2p /tmp/ucapn.out)"
+  is "$pfx: ... and no ublk device is left" "$(ublk_devs)" ""
+}
+
+# SIGKILL leaves the device (its server gone); the next start deletes it.
+ublk_stale () {
+  local pfx="ublk SIGKILL" out
+  ublk_start stale model=512e || { nok "$pfx: a device to kill"; return; }
+  kill -9 "$ublk_pid"; wait "$ublk_pid" 2>/dev/null
+  wait_for 20 sh -c "test ! -e /sys/block/${ublk_dev#/dev/}"
+  diag "$pfx: left after SIGKILL: $(ublk_devs)"
+  sect4k-server -v size=16M model=512e --ublk --run 'ls -d /sys/class/ublk-char/ublkc* | wc -l' \
+    >/tmp/ustale.out 2>/tmp/ustale.log
+  is "$pfx: the next start runs" $? 0
+  says "$pfx: ... and deletes the dead server's device" "$(cat /tmp/ustale.log)" "deleted ublkb.*left by sect4k-server pid $ublk_pid"
+  diag "$pfx: the next start said:" "$(grep ublkb /tmp/ustale.log)"
+  is "$pfx: ... its command saw one device, its own" "$(cat /tmp/ustale.out)" 1
+  is "$pfx: ... and nothing is left" "$(ublk_devs)" ""
+  ublk_pid= ublk_dev=
+}
+
+suite_ublk () {
+  local name L P rot wc max keys pfx before after
+  if [ ! -e /dev/ublk-control ]; then
+    ok "ublk # SKIP Linux $(uname -r) has no ublk_drv (Debian builds it from 6.12 on)"
+    return
+  fi
+  if ! sect4k-server --help 2>&1 | grep -q -e '--ublk'; then
+    ok "ublk # SKIP this sect4k-server has no --ublk"; return
+  fi
+  out=$(sect4k-server size=16M model=512e-xp --ublk 2>&1); st=$?
+  refused "ublk: 512e-xp (alignment offset) is refused, pointing to --scsi" "$st" "$out" 'alignment offset 3584.*use --scsi'
+  while read -r name L P rot wc max keys; do
+    pfx="ublk $name"
+    # shellcheck disable=SC2086
+    ublk_start "$name" $keys || { nok "$pfx: sect4k-server --ublk made a device"; continue; }
+    ok "$pfx: sect4k-server --ublk made $ublk_dev"
+    ublk_sysfs "$pfx" "$ublk_dev" "$L" "$P" "$rot" "$wc" "$max"
+    ublk_data "$pfx" "$ublk_dev" "$L"
+    if [ "$name" = 512e ]; then
+      before=$(write_rmw "/tmp/$name.ctl")
+      dd if=/dev/urandom of="$ublk_dev" bs=512 count=1 seek=17 oflag=direct conv=notrunc status=none
+      after=$(write_rmw "/tmp/$name.ctl")
+      is "$pfx: statistics: a 512-byte O_DIRECT write is one RMW'd sector" "$(( ${after:-0} - ${before:-0} ))" 1
+      ublk_fs "$pfx" "$ublk_dev"
+      ublk_cut "$pfx power cut" "$ublk_dev" "/tmp/$name.ctl"
+    fi
+    ublk_stop "$pfx"
+  done < /tmp/ublk-cases
+  ublk_captive
+  ublk_stale
+}
