@@ -80,6 +80,10 @@ usage (FILE *f)
 "      --ublk                 also (or, without --unix/--listen, only) as\n"
 "                             block devices /dev/ublkbN, one per export,\n"
 "                             through ublk_drv (root; Linux 6.0 or later)\n"
+"      --ublk-recovery        with --ublk: a device outlives a server that\n"
+"                             dies (SIGKILL, a crash), its I/O held, and the\n"
+"                             next --ublk-recovery start with the same\n"
+"                             exports takes it over (user recovery)\n"
 "      --run CMD              run CMD with /bin/sh once every export is\n"
 "                             served (with --scsi or --ublk: every disk\n"
 "                             exists), then\n"
@@ -450,7 +454,7 @@ int
 main (int argc, char **argv)
 {
   enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_NBD_STATS,
-         OPT_OLD_STATS, OPT_IDLE_TIMEOUT, OPT_SCSI, OPT_UBLK, OPT_TLS, OPT_TLS_CERTS,
+         OPT_OLD_STATS, OPT_IDLE_TIMEOUT, OPT_SCSI, OPT_UBLK, OPT_UBLK_RECOVERY, OPT_TLS, OPT_TLS_CERTS,
          OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_RUN, OPT_EXIT_WITH_PARENT };
   static const struct option longopts[] = {
     { "unix", required_argument, NULL, 'U' },
@@ -466,6 +470,7 @@ main (int argc, char **argv)
     { "stats", required_argument, NULL, OPT_OLD_STATS },
     { "scsi", no_argument, NULL, OPT_SCSI },
     { "ublk", no_argument, NULL, OPT_UBLK },
+    { "ublk-recovery", no_argument, NULL, OPT_UBLK_RECOVERY },
     { "tls", required_argument, NULL, OPT_TLS },
     { "tls-certificates", required_argument, NULL, OPT_TLS_CERTS },
     { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
@@ -488,7 +493,7 @@ main (int argc, char **argv)
   const char *unix_path = NULL, *listen_spec = NULL, *stats_file = NULL;
   const char *run = NULL, *pidfile = NULL;
   bool allow_remote = false, scsi = false, exit_with_parent = false;
-  bool ublk = false;
+  bool ublk = false, ublk_recovery = false;
   struct tls_options tls = { 0 };
   long ncpu = sysconf (_SC_NPROCESSORS_ONLN);
   s.threads = ncpu < 1 ? 1 : ncpu > 4 ? 4 : ncpu;
@@ -537,6 +542,7 @@ main (int argc, char **argv)
     case OPT_NBD_STATS: stats_file = optarg; break;
     case OPT_SCSI: scsi = true; break;
     case OPT_UBLK: ublk = true; break;
+    case OPT_UBLK_RECOVERY: ublk_recovery = true; break;
     case OPT_TLS:
       if (strcmp (optarg, "off") == 0)
         s.cfg.tls = TLS_OFF;
@@ -606,6 +612,10 @@ main (int argc, char **argv)
   }
   if (scsi && scsi_check (err, sizeof err) == -1) {
     fprintf (stderr, PROG ": %s\n", err);
+    return 1;
+  }
+  if (ublk_recovery && !ublk) {
+    fprintf (stderr, PROG ": --ublk-recovery needs --ublk\n");
     return 1;
   }
   if (ublk && ublk_check (err, sizeof err) == -1) {
@@ -751,7 +761,7 @@ main (int argc, char **argv)
     goto out;
   }
   if (ublk &&
-      !(ufront = ublk_start (&exports, s.cfg.readonly, s.threads,
+      !(ufront = ublk_start (&exports, s.cfg.readonly, ublk_recovery, s.threads,
                              s.cfg.verbose, run ? NULL : stdout, err,
                              sizeof err))) {
     fprintf (stderr, PROG ": %s\n", err);

@@ -62,14 +62,27 @@ void log_msg (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
   _IOWR ('u', UBLK_IO_FETCH_REQ, struct ublksrv_io_cmd)
 #define UBLK_U_IO_COMMIT_AND_FETCH_REQ \
   _IOWR ('u', UBLK_IO_COMMIT_AND_FETCH_REQ, struct ublksrv_io_cmd)
+#define UBLK_U_CMD_GET_PARAMS \
+  _IOR ('u', UBLK_CMD_GET_PARAMS, struct ublksrv_ctrl_cmd)
+#define UBLK_U_CMD_START_USER_RECOVERY \
+  _IOWR ('u', UBLK_CMD_START_USER_RECOVERY, struct ublksrv_ctrl_cmd)
+#define UBLK_U_CMD_END_USER_RECOVERY \
+  _IOWR ('u', UBLK_CMD_END_USER_RECOVERY, struct ublksrv_ctrl_cmd)
 #endif
 
 #define CONTROL "/dev/ublk-control"
-/* dev_info.ublksrv_flags of our devices: "S4K", a version, and the
- * server's pid (the kernel sets ublksrv_pid to -1 once its server died). */
-#define MARK 0x53344b01u
-#define MARK_OF(flags) ((uint32_t) ((flags) >> 32))
+/* dev_info.ublksrv_flags of our devices: "S4K", the export's index and
+ * the pid of the server that added it (the kernel sets ublksrv_pid to -1
+ * once its server died). */
+#define MARK 0x53344bu
+#define FLAGS(idx, pid) \
+  ((uint64_t) MARK << 40 | (uint64_t) ((idx) & 0xff) << 32 | (uint32_t) (pid))
+#define MARK_OF(flags) ((uint32_t) ((flags) >> 40))
+#define IDX_OF(flags) ((unsigned) ((flags) >> 32) & 0xff)
 #define PID_OF(flags) ((pid_t) ((flags) & 0x7fffffff))
+/* Seconds START_USER_RECOVERY is retried while the dead server's files
+ * are still being released (-EBUSY). */
+#define RECOVERY_WAIT_S 10
 /* Requests in flight per queue (tags): each holds a buffer of
  * max-request bytes, reserved lazily. */
 #define QUEUE_DEPTH 64
@@ -124,6 +137,8 @@ struct udisk {
   struct s4k_dev *dev;
   bool timed, verbose;
   int32_t id;                   /* -1 until added */
+  int32_t recover;              /* a held device of ours to take over, or -1 */
+  unsigned idx;                 /* the export's index */
   bool started;
   int cdev;
   uint32_t max_io;
@@ -137,6 +152,7 @@ struct ublk_front {
   bool ctrl_ok;
   int control_fd;
   bool legacy;                  /* the kernel takes the plain opcodes only */
+  bool recovery;                /* --ublk-recovery */
   size_t n;
   struct udisk *v;
 };
@@ -470,9 +486,38 @@ pid_dead (long pid)
          errno == ESRCH;
 }
 
-/* Deletes the devices of ours whose server has died. */
+static void fill_params (struct udisk *d, bool readonly,
+                         struct ublk_params *p);
+
+/* A held device (of a dead server with user recovery) that export d can
+ * take over: the same queue depth and parameters.  NULL or why not. */
+static const char *
+recoverable (struct udisk *d, uint32_t id,
+             const struct ublksrv_ctrl_dev_info *info)
+{
+  struct ublk_params mine, its = { .len = sizeof its };
+  if (!(info->flags & UBLK_F_USER_RECOVERY))
+    return "it was added without --ublk-recovery";
+  if (info->state != UBLK_S_DEV_QUIESCED)
+    return "it holds no I/O (not quiesced)";
+  if (info->queue_depth != QUEUE_DEPTH)
+    return "another queue depth";
+  if (ctrl_cmd (d->f, UBLK_U_CMD_GET_PARAMS, id, &its, sizeof its, 0) < 0)
+    return "GET_PARAMS failed";
+  fill_params (d, false, &mine);
+  if (its.basic.logical_bs_shift != mine.basic.logical_bs_shift ||
+      its.basic.physical_bs_shift != mine.basic.physical_bs_shift ||
+      its.basic.dev_sectors != mine.basic.dev_sectors ||
+      its.basic.max_sectors > info->max_io_buf_bytes >> 9)
+    return "the export's geometry differs";
+  return NULL;
+}
+
+/* The devices of ours whose server has died: with --ublk-recovery, one
+ * held for export i (its I/O waiting) is taken over by it; the others
+ * are deleted. */
 static void
-remove_dead (struct ublk_front *f, bool verbose)
+scan_dead (struct ublk_front *f, bool verbose)
 {
   DIR *dir = opendir ("/sys/class/ublk-char");
   struct dirent *de;
@@ -485,12 +530,24 @@ remove_dead (struct ublk_front *f, bool verbose)
       continue;
     int r = ctrl_cmd (f, UBLK_U_CMD_GET_DEV_INFO, id, &info, sizeof info, 0);
     const pid_t pid = PID_OF (info.ublksrv_flags);
-    if (r < 0 || MARK_OF (info.ublksrv_flags) != MARK || !pid_dead (pid)) {
+    /* A server that took the device over runs as ublksrv_pid. */
+    if (r < 0 || MARK_OF (info.ublksrv_flags) != MARK || !pid_dead (pid) ||
+        (info.ublksrv_pid > 0 && !pid_dead (info.ublksrv_pid))) {
       if (verbose)
         log_msg ("--ublk: ublkb%u stays: %s", id, r < 0 ? s4k_strerror (-r)
                  : MARK_OF (info.ublksrv_flags) != MARK ? "not ours"
                  : "its server runs");
       continue;
+    }
+    const unsigned idx = IDX_OF (info.ublksrv_flags);
+    if (f->recovery && idx < f->n && f->v[idx].recover < 0) {
+      const char *why = recoverable (&f->v[idx], id, &info);
+      if (!why) {
+        f->v[idx].recover = id;
+        continue;
+      }
+      log_msg ("--ublk: ublkb%u of the dead server %d is not taken over: %s",
+               id, (int) pid, why);
     }
     ctrl_cmd (f, UBLK_U_CMD_STOP_DEV, id, NULL, 0, 0);
     r = ctrl_cmd (f, UBLK_U_CMD_DEL_DEV, id, NULL, 0, 0);
@@ -614,26 +671,64 @@ disk_start (struct udisk *d, bool readonly, unsigned nq, char *err,
   struct ublksrv_ctrl_dev_info info = {
     .nr_hw_queues = nq, .queue_depth = QUEUE_DEPTH,
     .max_io_buf_bytes = d->max_io, .dev_id = (uint32_t) -1,
-    .ublksrv_pid = getpid (),
-    .ublksrv_flags = (uint64_t) MARK << 32 | (uint32_t) getpid (),
+    .ublksrv_pid = getpid (), .ublksrv_flags = FLAGS (d->idx, getpid ()),
+    /* REISSUE: what was in flight at the death is sent again. */
+    .flags = f->recovery ? UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE
+                         : 0,
   };
   char path[64];
-  int r = ctrl_cmd (f, UBLK_U_CMD_ADD_DEV, -1, &info, sizeof info, 0);
-  if (r < 0) {
-    snprintf (err, errlen, "--ublk: ADD_DEV: %s", s4k_strerror (-r));
-    return -1;
-  }
-  d->id = info.dev_id;
-  snprintf (d->name, sizeof d->name, "ublkb%" PRId32, d->id);
-  /* The kernel may round the buffer size down (to pages). */
-  if (info.max_io_buf_bytes < d->max_io)
+  int r;
+  if (d->recover >= 0) {
+    /* A held device: its parameters stay; the kernel waits until the
+     * dead server's files are released. */
+    d->id = d->recover;
+    snprintf (d->name, sizeof d->name, "ublkb%" PRId32, d->id);
+    if ((r = ctrl_cmd (f, UBLK_U_CMD_GET_DEV_INFO, d->id, &info, sizeof info,
+                       0)) < 0) {
+      snprintf (err, errlen, "--ublk: %s: GET_DEV_INFO: %s", d->name,
+                s4k_strerror (-r));
+      return -1;
+    }
+    nq = info.nr_hw_queues;
     d->max_io = info.max_io_buf_bytes & ~(uint32_t) 4095;
-  struct ublk_params p;
-  fill_params (d, readonly, &p);
-  if ((r = ctrl_cmd (f, UBLK_U_CMD_SET_PARAMS, d->id, &p, sizeof p, 0)) < 0) {
-    snprintf (err, errlen, "--ublk: %s: SET_PARAMS: %s", d->name,
-              s4k_strerror (-r));
-    return -1;
+    for (int i = 0; i < RECOVERY_WAIT_S * 10; i++) {
+      r = ctrl_cmd (f, UBLK_U_CMD_START_USER_RECOVERY, d->id, NULL, 0, 0);
+      if (r != -EBUSY)
+        break;
+      usleep (100000);
+    }
+    if (r < 0) {
+      snprintf (err, errlen, "--ublk: %s: START_USER_RECOVERY: %s", d->name,
+                s4k_strerror (-r));
+      d->started = true;        /* STOP_DEV then: the held I/O fails */
+      return -1;
+    }
+    d->started = true;
+  }
+  else {
+    r = ctrl_cmd (f, UBLK_U_CMD_ADD_DEV, -1, &info, sizeof info, 0);
+    if (r < 0) {
+      snprintf (err, errlen, "--ublk: ADD_DEV: %s", s4k_strerror (-r));
+      return -1;
+    }
+    d->id = info.dev_id;
+    snprintf (d->name, sizeof d->name, "ublkb%" PRId32, d->id);
+    if (f->recovery && !(info.flags & UBLK_F_USER_RECOVERY_REISSUE)) {
+      snprintf (err, errlen, "--ublk-recovery: this kernel's ublk has no "
+                "user recovery (Linux 6.0 or later)");
+      return -1;
+    }
+    /* The kernel may round the buffer size down (to pages). */
+    if (info.max_io_buf_bytes < d->max_io)
+      d->max_io = info.max_io_buf_bytes & ~(uint32_t) 4095;
+    struct ublk_params p;
+    fill_params (d, readonly, &p);
+    if ((r = ctrl_cmd (f, UBLK_U_CMD_SET_PARAMS, d->id, &p, sizeof p,
+                       0)) < 0) {
+      snprintf (err, errlen, "--ublk: %s: SET_PARAMS: %s", d->name,
+                s4k_strerror (-r));
+      return -1;
+    }
   }
   snprintf (path, sizeof path, "/dev/ublkc%" PRId32, d->id);
   /* udev may make the node a moment after ADD_DEV. */
@@ -711,7 +806,19 @@ disk_start (struct udisk *d, bool readonly, unsigned nq, char *err,
                 i, s4k_strerror (-d->q[i].init_error));
       return -1;
     }
-  /* Returns once every queue has fetched: the disk then exists. */
+  /* Returns once every queue has fetched: the disk then exists (or,
+   * recovered, serves again, the held requests first). */
+  if (d->recover >= 0) {
+    if ((r = ctrl_cmd (f, UBLK_U_CMD_END_USER_RECOVERY, d->id, NULL, 0,
+                       getpid ())) < 0) {
+      snprintf (err, errlen, "--ublk: %s: END_USER_RECOVERY: %s", d->name,
+                s4k_strerror (-r));
+      return -1;
+    }
+    log_msg ("--ublk: took over /dev/%s of a dead server, with the I/O it "
+             "held", d->name);
+    return 0;
+  }
   if ((r = ctrl_cmd (f, UBLK_U_CMD_START_DEV, d->id, NULL, 0,
                      getpid ())) < 0) {
     snprintf (err, errlen, "--ublk: %s: START_DEV: %s", d->name,
@@ -723,8 +830,9 @@ disk_start (struct udisk *d, bool readonly, unsigned nq, char *err,
 }
 
 struct ublk_front *
-ublk_start (struct s4k_exports *t, bool readonly, unsigned queues,
-            bool verbose, FILE *out, char *err, size_t errlen)
+ublk_start (struct s4k_exports *t, bool readonly, bool recovery,
+            unsigned queues, bool verbose, FILE *out, char *err,
+            size_t errlen)
 {
   struct ublk_front *f = calloc (1, sizeof *f);
   if (!f || !(f->v = calloc (t->n, sizeof *f->v))) {
@@ -749,18 +857,24 @@ ublk_start (struct s4k_exports *t, bool readonly, unsigned queues,
     return NULL;
   }
   f->ctrl_ok = true;
-  remove_dead (f, verbose);
+  f->recovery = recovery;
   for (size_t i = 0; i < t->n; i++) {
-    struct udisk *d = &f->v[f->n++];
+    struct udisk *d = &f->v[i];
     d->f = f;
     d->x = &t->v[i];
+    d->idx = i;
     d->dev = t->v[i].dev;
-    d->id = -1;
+    d->id = d->recover = -1;
     d->cdev = -1;
     d->verbose = verbose;
     d->timed = s4k_dev_timed (d->dev);
     /* Whole pages (ublk's buffers are), within max-request. */
     d->max_io = s4k_dev_max_request (d->dev) & ~(uint32_t) 4095;
+  }
+  f->n = t->n;
+  scan_dead (f, verbose);
+  for (size_t i = 0; i < t->n; i++) {
+    struct udisk *d = &f->v[i];
     if (disk_start (d, readonly || s4k_dev_readonly (d->dev), queues, err,
                     errlen) == -1) {
       ublk_stop (f);

@@ -23,15 +23,17 @@ int ublk_refused (const struct s4k_export *x, bool named, char *err,
                   size_t errlen);
 
 struct ublk_front;
-/* Removes the devices dead instances of ours left, then adds one ublk
- * device per export, served by `queues` queues (a thread and an
+/* Removes the devices dead instances of ours left (with recovery, takes
+ * over one held for the same export index and geometry: UBLK_F_USER_
+ * RECOVERY_REISSUE, its I/O resent), then adds one ublk device per
+ * export (with recovery: kept across this server's death), served by `queues` queues (a thread and an
  * io_uring each), starts them and prints "/dev/ublkbN EXPORT" lines on
  * out (logged if NULL).  The calling thread must have the stop signals
  * blocked (the queue threads inherit the mask).  NULL with err filled,
  * everything added so far removed again. */
 struct ublk_front *ublk_start (struct s4k_exports *t, bool readonly,
-                               unsigned queues, bool verbose, FILE *out,
-                               char *err, size_t errlen);
+                               bool recovery, unsigned queues, bool verbose,
+                               FILE *out, char *err, size_t errlen);
 /* Export i's block device as the kernel names it ("ublkb0"). */
 const char *ublk_front_disk (const struct ublk_front *f, size_t i);
 /* Stops and deletes the devices, after the requests in flight. */

@@ -6,7 +6,8 @@
 #         write on 512e; ext4; a power cut through the control socket
 #         against its report; --ublk --run leaves no device on success,
 #         failure and SIGTERM; a SIGKILLed server's device is deleted by
-#         the next start.  Linux 6.1 has no ublk_drv in Debian: it skips.
+#         the next start; with --ublk-recovery it stays, its I/O held, and
+#         the next start takes it over (ext4 mounted, a writer running).  Linux 6.1 has no ublk_drv in Debian: it skips.
 blockdev () { /opt/bin/blockdev "$@"; }
 
 # NAME L P ROT WC MAXREQ(KiB) KEYS: what the kernel must show.  Timing
@@ -169,6 +170,51 @@ ublk_stale () {
   ublk_pid= ublk_dev=
 }
 
+# --ublk-recovery: ext4 mounted, a writer running (rate= keeps it running
+# for seconds), SIGKILL of the server: the device stays with the I/O
+# held; a restart with the same file= takes it over, the writer finishes,
+# its data is there after a remount, e2fsck is clean.
+ublk_recovery () {
+  local pfx="ublk recovery" dev wpid rc out
+  keys="model=512e file=/tmp/rec.img rate=4M --ublk-recovery"
+  rm -f /tmp/rec.img
+  # shellcheck disable=SC2086
+  ublk_start rec $keys || { nok "$pfx: a device"; return; }
+  dev=$ublk_dev
+  mkdir -p /mnt
+  if ! mke2fs -q -F -t ext4 "$dev" || ! mount -t ext4 "$dev" /mnt; then
+    nok "$pfx: mkfs.ext4 and mount"; return
+  fi
+  head -c 12582912 /dev/urandom > /tmp/rec.src
+  dd if=/tmp/rec.src of=/mnt/big bs=65536 oflag=direct status=none 2>/tmp/rec.dd &
+  wpid=$!
+  sleep 1
+  kill -9 "$ublk_pid"; wait "$ublk_pid" 2>/dev/null
+  sleep 2
+  check "$pfx: after SIGKILL, the writer waits (its I/O held)" alive "$wpid"
+  check "$pfx: ... and $dev is still there" test -b "$dev" -a -e "/sys/block/${dev#/dev/}"
+  # shellcheck disable=SC2086
+  ublk_start rec2 $keys || { nok "$pfx: the restart gave a device"; kill -9 "$wpid"; return; }
+  is "$pfx: the restart took over the same device" "$ublk_dev" "$dev"
+  says "$pfx: ... and says so" "$(cat /tmp/rec2.log)" "took over $dev"
+  wait "$wpid"; rc=$?
+  is "$pfx: the writer finished, exit 0" "$rc" 0
+  [ "$rc" = 0 ] || diag "$(cat /tmp/rec.dd)"
+  umount /mnt
+  echo 3 > /proc/sys/vm/drop_caches
+  if mount -t ext4 "$dev" /mnt; then
+    check "$pfx: after a remount, the file has every byte written" cmp -s /tmp/rec.src /mnt/big
+    umount /mnt
+  else
+    nok "$pfx: ext4 mounts again"
+  fi
+  out=$(e2fsck -fn "$dev" 2>&1); rc=$?
+  is "$pfx: e2fsck -fn is clean" "$rc" 0
+  [ "$rc" = 0 ] || diag "$out"
+  ublk_stop "$pfx"
+  rm -f /tmp/rec.img /tmp/rec.src
+}
+
 suite_ublk () {
   local name L P rot wc max keys pfx before after
   if [ ! -e /dev/ublk-control ]; then
@@ -199,4 +245,5 @@ suite_ublk () {
   done < /tmp/ublk-cases
   ublk_captive
   ublk_stale
+  ublk_recovery
 }
