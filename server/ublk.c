@@ -713,6 +713,7 @@ disk_start (struct udisk *d, bool readonly, unsigned nq, char *err,
     }
     d->id = info.dev_id;
     snprintf (d->name, sizeof d->name, "ublkb%" PRId32, d->id);
+    nq = info.nr_hw_queues;     /* the kernel gives at most one per CPU */
     if (f->recovery && !(info.flags & UBLK_F_USER_RECOVERY_REISSUE)) {
       snprintf (err, errlen, "--ublk-recovery: this kernel's ublk has no "
                 "user recovery (Linux 6.0 or later)");
@@ -883,8 +884,8 @@ ublk_start (struct s4k_exports *t, bool readonly, bool recovery,
     if (out)
       fprintf (out, "/dev/%s %s\n", d->name, d->x->name);
     log_msg ("/dev/%s: export %s, %u queue%s of %u", d->name,
-             t->named ? d->x->name : "(default)", queues,
-             queues == 1 ? "" : "s", QUEUE_DEPTH);
+             t->named ? d->x->name : "(default)", d->nq,
+             d->nq == 1 ? "" : "s", QUEUE_DEPTH);
   }
   if (out)
     fflush (out);

@@ -15,7 +15,7 @@ blockdev () { /opt/bin/blockdev "$@"; }
 cat > /tmp/ublk-cases <<'CASES'
 512n  512   512   1  false  256    model=512n max-request=256k timing=hdd7200 latency-read=0 latency-write=0 latency-rmw=0 rate=0
 512e  512   4096  0  true   1024   model=512e max-request=1M write-cache=true write-cache-size=1M torn=none timing=ssd latency-read=0 latency-write=0 latency-rmw=0 rate=0
-4kn   4096  4096  0  false  32768  model=4kn
+4kn   4096  4096  0  false  32768  model=4kn --threads 2
 CASES
 
 # ublk_devs: our ublk devices in sysfs (the control nodes stay until
@@ -23,12 +23,14 @@ CASES
 ublk_devs () { ls -d /sys/class/ublk-char/ublkc* /sys/block/ublkb* 2>/dev/null | tr '\n' ' '; }
 
 # ublk_start NAME KEYS...: sect4k-server KEYS --ublk with a control
-# socket /tmp/NAME.ctl; sets ublk_pid and ublk_dev.
+# socket /tmp/NAME.ctl and an NBD listener /tmp/NAME.sock on the same
+# export; sets ublk_pid and ublk_dev.
 ublk_start () {
   local name=$1; shift
   rm -f "/tmp/$name.ctl" "/tmp/$name.out"
+  rm -f "/tmp/$name.sock"
   sect4k-server size=64M "$@" control="/tmp/$name.ctl" --ublk \
-    >"/tmp/$name.out" 2>"/tmp/$name.log" &
+    --unix "/tmp/$name.sock" >"/tmp/$name.out" 2>"/tmp/$name.log" &
   ublk_pid=$!
   case_pids="$case_pids $ublk_pid"   # tidy stops it if the case fails
   wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/$name.out || ! kill -0 $ublk_pid 2>/dev/null"
@@ -233,6 +235,15 @@ suite_ublk () {
     ok "$pfx: sect4k-server --ublk made $ublk_dev"
     ublk_sysfs "$pfx" "$ublk_dev" "$L" "$P" "$rot" "$wc" "$max"
     ublk_data "$pfx" "$ublk_dev" "$L"
+    case " $keys " in
+      *" --threads 2 "*)
+        # The kernel gives a device one queue per CPU at most.
+        nq=$(( $(nproc) < 2 ? $(nproc) : 2 ))
+        is "$pfx: --threads 2 on $(nproc) CPU(s): $nq hardware queue(s)" "$(ls /sys/block/${ublk_dev#/dev/}/mq | wc -l)" "$nq"
+        says "$pfx: ... as the server says" "$(cat /tmp/$name.log)" "$nq queues* of 64" ;;
+    esac
+    # The same export through NBD at the same time (scsi.sh's check).
+    scsi_both "$pfx" "$ublk_dev" "/tmp/$name.sock" "$L"
     if [ "$name" = 512e ]; then
       before=$(write_rmw "/tmp/$name.ctl")
       dd if=/dev/urandom of="$ublk_dev" bs=512 count=1 seek=17 oflag=direct conv=notrunc status=none
