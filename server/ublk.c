@@ -882,7 +882,8 @@ ublk_start (struct s4k_exports *t, bool readonly, bool recovery,
       return NULL;
     }
     if (out)
-      fprintf (out, "/dev/%s %s\n", d->name, d->x->name);
+      fprintf (out, "/dev/%s %s\n", d->name, d->x->name[0] ? d->x->name
+                                                            : "-");
     log_msg ("/dev/%s: export %s, %u queue%s of %u", d->name,
              t->named ? d->x->name : "(default)", d->nq,
              d->nq == 1 ? "" : "s", QUEUE_DEPTH);
