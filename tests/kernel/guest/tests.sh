@@ -12,7 +12,7 @@
 #   zoned   a host-managed sect4k SCSI disk against scsi_debug: guest/zoned.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
 #   captive sect4k-server --scsi --run, sect4k-attach --run   guest/captive.sh
-#   ublk    sect4k-server --ublk (Linux 6.12; 6.1 skips)   guest/ublk.sh
+#   ublk, ublk_bench   sect4k-server --ublk (Linux 6.12; 6.1 skips)   guest/ublk.sh
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
 # The host numbers the tests and checks that all of them came.
 PLUGIN=/opt/sect4k/sect4k.so

@@ -258,3 +258,47 @@ suite_ublk () {
   ublk_stale
   ublk_recovery
 }
+
+# ublk_bench (opt-in: SECT4K_VM_SUITES=ublk_bench): one 512e export of one
+# server as /dev/ublkbN, /dev/sdX (--scsi) and /dev/nbdN (--unix and the
+# nbd driver); fio 4 KiB random read and write, O_DIRECT, QD 32, on each.
+# Under qemu TCG the numbers compare the three paths, nothing more.
+suite_ublk_bench () {
+  local BENCH_QD=32 pid ub sd nbd rw rep i d v line
+  [ -x /opt/bin/fio ] || { nok "ublk bench: fio is in the guest"; return; }
+  [ -e /dev/ublk-control ] || { ok "ublk bench # SKIP Linux $(uname -r) has no ublk_drv"; return; }
+  rm -f /tmp/ubench.sock
+  sect4k-server size=256M model=512e --ublk --scsi --unix /tmp/ubench.sock \
+    >/tmp/ubench.out 2>/tmp/ubench.log &
+  pid=$! case_pids="$case_pids $!"
+  wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/ubench.out && grep -q '^/dev/sd' /tmp/ubench.out || ! kill -0 $pid 2>/dev/null"
+  ub=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' /tmp/ubench.out | head -n 1)
+  sd=$(sed -n 's|^\(/dev/sd[a-z]*\).*|\1|p' /tmp/ubench.out | head -n 1)
+  load_nbd
+  nbd=$(sect4k-attach 'nbd+unix:///?socket=/tmp/ubench.sock' 2>/dev/null | head -n 1)
+  if [ -z "$ub" ] || [ -z "$sd" ] || [ "${nbd#/dev/nbd}" = "$nbd" ]; then
+    nok "ublk bench: one export as ublk, SCSI and nbd"; diag "$(cat /tmp/ubench.out /tmp/ubench.log)"
+    unload_nbd; return
+  fi
+  dd if=/dev/urandom of=/tmp/fill bs=1M count=8 status=none
+  for i in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+    dd if=/tmp/fill of="$ub" bs=1M seek=$((i * 8)) oflag=direct conv=notrunc status=none
+  done
+  rm -f /tmp/fill
+  diag "ublk bench: 512e, memory store, 4 KiB O_DIRECT libaio QD $BENCH_QD, $BENCH_SECS s per run, $(nproc) CPU(s): $ub (ublk), $sd (SCSI), $nbd (nbd)"
+  for rw in randread randwrite; do
+    line="ublk bench: $rw IOPS (mean of 2 runs):"
+    for d in "$ub" "$sd" "$nbd"; do
+      v=0
+      for rep in 1 2; do v=$((v + $(fio_iops "$d" $rw | cut -d. -f1 | sed 's/^$/0/'))); done
+      line="$line $d $((v / 2))"
+      [ "$v" -gt 0 ] || { nok "ublk bench: fio $rw on $d"; diag "$(cat /tmp/fio.err)"; }
+    done
+    ok "ublk bench: fio $rw ran on the three"
+    diag "$line"
+  done
+  sect4k-attach --detach "$nbd" >/dev/null 2>&1
+  unload_nbd
+  stop_pid "$pid" 60
+  is "ublk bench: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
+}
