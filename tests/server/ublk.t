@@ -27,6 +27,8 @@ ok "$([ ! -e "$tmpdir/disk.img" ]; echo $?)" "... and no file was made"
 refused "--ublk with exports= and --run" "$nomod" exports=512n,4kn size=1M --ublk --run true
 refused "--ublk --scsi --run" '--run: give --scsi or --ublk, not both' \
   size=1M --ublk --scsi --run true
+refused "--ublk-recovery without --ublk" '--ublk-recovery needs --ublk' \
+  size=1M --ublk-recovery --unix "$tmpdir/s.sock"
 "$server" --help | grep -q -- '--ublk'
 ok $? "--help names --ublk"
 done_testing

@@ -153,6 +153,10 @@ ublk_captive () {
     "^/dev/ublkb[0-9]* 512\$" "^/dev/ublkb[0-9]* 4096\$"
   is "$pfx: ... \$dev is \$dev_512e" "$(sed -n 1p /tmp/ucapn.out)" "$(sed -n 2p /tmp/ucapn.out)"
   is "$pfx: ... and no ublk device is left" "$(ublk_devs)" ""
+  pfx="ublk -r"
+  out=$(sect4k-server size=16M model=512e -r --ublk --run 'b=${dev#/dev/}; echo "ro=$(cat /sys/block/$b/ro)"
+      if dd if=/dev/zero of="$dev" bs=4096 count=1 oflag=direct status=none 2>/dev/null; then echo wrote; else echo refused; fi' 2>/dev/null)
+  says "$pfx: a read-only device, a write refused" "$out" '^ro=1$' '^refused$'
 }
 
 # SIGKILL leaves the device (its server gone); the next start deletes it.
@@ -233,6 +237,7 @@ suite_ublk () {
     # shellcheck disable=SC2086
     ublk_start "$name" $keys || { nok "$pfx: sect4k-server --ublk made a device"; continue; }
     ok "$pfx: sect4k-server --ublk made $ublk_dev"
+    is "$pfx: its line: the device and - (the unnamed export)" "$(cat "/tmp/$name.out")" "$ublk_dev -"
     ublk_sysfs "$pfx" "$ublk_dev" "$L" "$P" "$rot" "$wc" "$max"
     ublk_data "$pfx" "$ublk_dev" "$L"
     case " $keys " in
