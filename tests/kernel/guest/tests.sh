@@ -96,7 +96,7 @@ tidy () {
   if command -v dmsetup >/dev/null && dmsetup info s4klog >/dev/null 2>&1; then
     DM_DISABLE_UDEV=1 dmsetup remove --noudevsync --force s4klog >/dev/null 2>&1; tl="$tl dm:s4klog"
   fi
-  for f in /run/sect4k-attach/sd*; do
+  for f in /run/sect4k-attach/sd* /run/sect4k-attach/ublkb*; do
     case "$f" in *'*'|*.log|*.out) continue ;; esac
     [ -f "$f" ] || continue
     pid=$(sed -n 's/^pid=//p' "$f")

@@ -159,6 +159,30 @@ ublk_captive () {
   says "$pfx: a read-only device, a write refused" "$out" '^ro=1$' '^refused$'
 }
 
+# sect4k-attach --ublk over an NBD export of the plugin: attach and
+# detach, --run, and 512e-xp refused (ublk has no alignment offset).
+ublk_attach () {
+  local pfx="ublk sect4k-attach" uri out st dev
+  start_server ubup $PLUGIN size=16M model=512e
+  uri="nbd+unix:///?socket=/tmp/ubup.sock"
+  out=$(sect4k-attach --ublk "$uri" 2>&1); st=$?
+  dev=$(printf '%s\n' "$out" | head -n 1)
+  is "$pfx --ublk: exit 0" "$st" 0
+  says "$pfx --ublk: a ublk device, 512e" "$out" '^/dev/ublkb[0-9]*$' 'logical_block_size 512, physical_block_size 4096'
+  check "$pfx --detach $dev" sect4k-attach --detach "$dev"
+  is "$pfx: ... and no ublk device is left" "$(ublk_devs)" ""
+  sect4k-attach --run 'b=${dev#/dev/}; echo "lbs=$(cat /sys/block/$b/queue/logical_block_size) pbs=$(cat /sys/block/$b/queue/physical_block_size)"; exit 4' \
+    --ublk "$uri" >/tmp/uatt.out 2>/tmp/uatt.log
+  is "$pfx --run --ublk: the command's exit status 4" $? 4
+  says "$pfx --run --ublk: \$dev is 512e" "$(cat /tmp/uatt.out)" '^lbs=512 pbs=4096$'
+  is "$pfx: ... and no ublk device is left" "$(ublk_devs)" ""
+  stop_server
+  start_server ubup $PLUGIN size=16M model=512e-xp
+  out=$(sect4k-attach --ublk "$uri" 2>&1); st=$?
+  refused "$pfx --ublk of 512e-xp is refused (alignment offset)" "$st" "$out" 'alignment offset 3584.*use --scsi'
+  stop_server
+}
+
 # SIGKILL leaves the device (its server gone); the next start deletes it.
 ublk_stale () {
   local pfx="ublk SIGKILL" out
@@ -260,6 +284,7 @@ suite_ublk () {
     ublk_stop "$pfx"
   done < /tmp/ublk-cases
   ublk_captive
+  ublk_attach
   ublk_stale
   ublk_recovery
 }
