@@ -505,10 +505,11 @@ s4k_wlog_open (struct s4k_wlog_reader **out, const char *path,
               "entry that does not parse: \"%s\"", path, e.pos, e.mark);
     goto fail;
   }
-  /* A zoned device's layout, entry 1. */
-  if (n == 1 && e.geometry &&
-      (n = s4k_wlog_next (r, &e, err, errlen)) == -1)
-    goto fail;
+  /* A zoned device's layout, entry 1 (a bad entry there is reported
+   * when it is read). */
+  char ignored[256];
+  if (n == 1 && e.geometry)
+    n = s4k_wlog_next (r, &e, ignored, sizeof ignored);
   if (n == 1 && e.zones) {
     char why[256];
     if (!parse_zones (e.mark, &r->info, why, sizeof why)) {

@@ -188,6 +188,36 @@ main (int argc, char **argv)
   s4k_wlog_close (r);
   free (replay);
   free (img);
+
+  /* Entries that do not parse: one line naming the entry. */
+  static const struct { const char *mark, *err; } bad[] = {
+    { "sect4k-zones zoned=smr zone-size=65536 zone-conventional=1",
+      "entry 1 at byte 1024: a zone layout entry that does not parse: "
+      "\"sect4k-zones zoned=smr zone-size=65536 zone-conventional=1\": "
+      "zoned=smr: must be host-managed, host-aware or none" },
+    { "sect4k-zones zoned=host-managed zone-size=3000",
+      "zone-size=3000: not a power of two" },
+    { "sect4k-zones zoned=host-managed zone-size=4M",
+      "zone-size=4M: larger than the device (size=1048576)" },
+    { "sect4k-zone rewind lba=128", "entry 1 at byte 1024: a zone "
+      "operation entry that does not parse: \"sect4k-zone rewind lba=128\"" },
+    { "sect4k-zone reset lba=", "does not parse" },
+  };
+  struct s4k_geometry g = { SIZE, 512, 4096, 0 };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    struct s4k_wlog *w;
+    if (s4k_wlog_create (&w, path, &g, NULL, err, sizeof err) ||
+        s4k_wlog_mark (w, bad[i].mark) || s4k_wlog_free (w))
+      bail ("writing %s", path);
+    int got = s4k_wlog_open (&r, path, 0, err, sizeof err);
+    if (got == 0) {
+      got = s4k_wlog_next (r, &e, err, sizeof err) == 1 &&
+            s4k_wlog_next (r, &e, err, sizeof err) == -1 ? -1 : 0;
+      s4k_wlog_close (r);
+    }
+    ok (got == -1 && strstr (err, bad[i].err) && !strchr (err, '\n'),
+        "refused: %s", err);
+  }
   unlink (path);
   done_testing ();
 }
