@@ -253,9 +253,10 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
   if (r)
     r = s4k_zone_errno (-r);
   /* Logged before its zeroes: a reader knows the zones it empties
-   * (docs/write-log.md "Zones"). */
-  else if (d->wlog)
-    r = s4k_wlog_zone_op (d->wlog, op, zone_lba, all);
+   * (docs/write-log.md "Zones").  The zones are reset: their data goes
+   * even if the log failed. */
+  const int lr = r == 0 && d->wlog ? s4k_wlog_zone_op (d->wlog, op, zone_lba,
+                                                       all) : 0;
   for (int i = 0; r == 0 && i < n; i++) {
     const struct s4k_zone_desc *z = &desc[i];
     if (z->type == S4K_ZT_CONVENTIONAL || z->wp == UINT64_MAX ||
@@ -266,5 +267,5 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
   }
   if (all)
     free (desc);
-  return r;
+  return r ? r : lr;
 }
