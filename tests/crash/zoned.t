@@ -11,7 +11,8 @@ and each crash point's states must be exactly the tool's (--states all,
 rule, durability; 512e: torn, unreadable and garbage cut sectors), then a
 log the engine wrote (tests/unit/zonelog.c record: writes, FUA, flush,
 finish, reset, open, close on a host-managed device), whose last state
-with everything kept is the device's image.  A state where a zone keeps
+with everything kept is the device's image and whose states served to a
+checker over NBD are the same.  A state where a zone keeps
 a later write without an earlier one is absent and refused by --state;
 a log a host-managed drive cannot write is refused in one line.
 replay-log checks (the engine's log replays to the device's image) are
@@ -387,6 +388,31 @@ tap.ok(p.returncode == 0 and
 got = compare(e_log, "512e", "none", "engine",
               counts=8 + 4 + 4 + 2 + 1 + 12)
 compare(e_log, "512e", "zero", "engine-zero")
+# The same states served to a checker over NBD (dumpstate.py writes
+# each one's LBAs), and the summary names the zones.
+try:
+    import nbd  # noqa: F401  (dumpstate.py's)
+    has_nbd = True
+except ImportError:
+    has_nbd = False
+dd = os.path.join(tmp, "served")
+os.mkdir(dd)
+if not has_nbd:
+    tap.skip("served to a checker", "python3-libnbd is not installed")
+p = not has_nbd or subprocess.run([CRASH, e_log, "--geometry", "512e", "--torn", "none",
+                    "--states", "all", "--", sys.executable,
+                    os.path.join(HERE, "dumpstate.py"), dd],
+                   capture_output=True, text=True, timeout=300)
+served = {}
+for f in os.listdir(dd):
+    served.setdefault(int(f.split("-")[0]), set()).add(tuple(
+        open(os.path.join(dd, f)).read().split("\n")))
+if has_nbd:
+    tap.ok(p.returncode == 0 and served == {c: set(v) for c, v in
+                                            got.items()} and
+           "host-managed zones of 16384 bytes (sequential from LBA 32)"
+           in p.stdout, "served to a checker: the same states; %s"
+           % p.stdout.strip())
 img = open(e_img, "rb").read()
 last = max(got) if got else 0
 tap.ok(any(bytes.fromhex("".join(s)) == img for s in got.get(last, [])),
