@@ -274,6 +274,20 @@ w.close()
 got = compare(a_log, "512n", "none", "prefix", counts=20)
 compare(a_log, "512n", "zero", "prefix-zero", counts=20)
 compare(a_log, "512n", "garbage", "prefix-garbage", counts=81)
+# Seeded samples (fewer than the states) keep the rule too.
+want, known, _ = oracle(a_log, "garbage")
+d = os.path.join(tmp, "sampled")
+os.mkdir(d)
+p = subprocess.run([CRASH, a_log, "--geometry", "512n", "--torn", "garbage",
+                    "--states", "12", "--seed", "3", "--output", d],
+                   capture_output=True, text=True)
+imgs = [open(os.path.join(d, f), "rb").read() for f in os.listdir(d)]
+imgs = [tuple(v if v in known else "G" for v in
+              (b[x * L:(x + 1) * L].hex() for x in range(len(b) // L)))
+        for b in imgs]
+tap.ok(p.returncode == 0 and len(imgs) == 12 and
+       all(i in want[0] for i in imgs),
+       "12 seeded samples of 81: all the oracle's: %s" % p.stderr.strip())
 # c kept without a (and b): a state no zoned drive reaches.
 zero = bytes(L).hex()
 bad = [zero] * (SIZE // L)
