@@ -189,7 +189,7 @@ read_log (void)
   while ((r = s4k_wlog_next (reader, &e, err, sizeof err)) == 1) {
     log_entries = e.index + 1;
     if (e.flags & S4K_WLOG_MARK) {
-      if (until_mark && !e.geometry && !e.zones && !e.zone_op &&
+      if (until_mark && !e.geometry && !e.zones &&
           strcmp (e.mark, until_mark) == 0) {
         found_mark = true;
         break;

@@ -427,6 +427,15 @@ if has_nbd:
            "host-managed zones of 16384 bytes (sequential from LBA 32)"
            in p.stdout, "served to a checker: the same states; %s"
            % p.stdout.strip())
+# --until a zone operation's mark: the crash points before it.
+os.mkdir(os.path.join(tmp, "until"))
+rc = subprocess.run([CRASH, e_log, "--geometry", "512e", "--torn", "none",
+                     "--until", "sect4k-zone reset lba=32", "--states",
+                     "all", "--output", os.path.join(tmp, "until")],
+                    capture_output=True, text=True)
+tap.ok(rc.returncode == 0 and "4 crash points, 18 states" in rc.stdout,
+       "--until a reset's mark: the 4 crash points before it: %s"
+       % (rc.stdout + rc.stderr).strip())
 img = open(e_img, "rb").read()
 last = max(got) if got else 0
 tap.ok(any(bytes.fromhex("".join(s)) == img for s in got.get(last, [])),
