@@ -231,7 +231,11 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
     return -EINVAL;
   if (op != S4K_ZOP_RESET) {
     int r = s4k_zones_op (d->zones, op, zone_lba, all);
-    return r ? s4k_zone_errno (-r) : 0;
+    if (r == 0 && d->wlog)
+      r = s4k_wlog_zone_op (d->wlog, op, zone_lba, all);
+    else if (r)
+      r = s4k_zone_errno (-r);
+    return r;
   }
   /* The zones written before the reset, whose data it discards: one,
    * or every one a report lists (the model says which zones RESET ALL
@@ -248,6 +252,11 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
   int r = n < 0 ? n : s4k_zones_op (d->zones, op, zone_lba, all);
   if (r)
     r = s4k_zone_errno (-r);
+  /* Logged before its zeroes: a reader knows the zones it empties
+   * (docs/write-log.md "Zones").  The zones are reset: their data goes
+   * even if the log failed. */
+  const int lr = r == 0 && d->wlog ? s4k_wlog_zone_op (d->wlog, op, zone_lba,
+                                                       all) : 0;
   for (int i = 0; r == 0 && i < n; i++) {
     const struct s4k_zone_desc *z = &desc[i];
     if (z->type == S4K_ZT_CONVENTIONAL || z->wp == UINT64_MAX ||
@@ -258,5 +267,5 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
   }
   if (all)
     free (desc);
-  return r;
+  return r ? r : lr;
 }
