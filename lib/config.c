@@ -430,9 +430,15 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
     return -1;
   if (c->zone.model != S4K_ZONED_NONE) {
     /* Not yet (docs/zoned.md): zone conditions and write pointers live
-     * in memory only, and a power cut does not move write pointers
-     * back, so a file or a write cache would keep data the zones no
-     * longer describe. */
+     * in memory only, so a file would keep data the zones no longer
+     * describe (and a cut would move pointers the file does not
+     * keep). */
+    if (c->file && c->fault.write_cache) {
+      snprintf (err, errlen, "zoned=, file=%s and write-cache=true: a "
+                "power cut does not move the file's write pointers back "
+                "yet", c->file);
+      return -1;
+    }
     if (c->file) {
       snprintf (err, errlen, "zoned= and file=%s: zone state is not kept "
                 "in the file yet (it would be lost at restart); use the "
@@ -442,11 +448,6 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
     if (!c->strict) {
       snprintf (err, errlen, "zoned= and strict=false: a zoned drive takes "
                 "whole logical blocks only");
-      return -1;
-    }
-    if (c->fault.write_cache) {
-      snprintf (err, errlen, "zoned= and write-cache=true: a power cut "
-                "does not move write pointers back yet");
       return -1;
     }
   }
