@@ -38,11 +38,18 @@
 struct geo {
   const char *name, *keys;
   bool aware;
+  bool seq_only;                /* no writes to the conventional zone */
 };
 static const struct geo geos[] = {
-  { "host-managed 512e", "model=512e zoned=host-managed", false },
-  { "host-managed 4kn", "model=4kn zoned=host-managed", false },
-  { "host-aware 512e", "model=512e zoned=host-aware", true },
+  { "host-managed 512e", "model=512e zoned=host-managed", false, false },
+  { "host-managed 4kn", "model=4kn zoned=host-managed", false, false },
+  { "host-aware 512e", "model=512e zoned=host-aware", true, false },
+  /* The cache destages (oldest first) beyond 16K: what it wrote is not
+   * durable for the zone, a cut may take it back.  (A conventional
+   * sector destaged and written again would revert to its destaged
+   * data, which this model does not follow.) */
+  { "host-managed 512e, write-cache-size=16K",
+    "model=512e zoned=host-managed write-cache-size=16K", false, true },
 };
 static const char *const torns[] = { "none", "sector", "unreadable",
                                      "garbage", "zero" };
@@ -132,8 +139,9 @@ fill_data (unsigned char *p, uint64_t off, uint64_t len, unsigned salt)
 
 /* One random step of the sequence. */
 static void
-step (struct s4k_dev *d, bool aware, unsigned salt)
+step (struct s4k_dev *d, const struct geo *g, unsigned salt)
 {
+  const bool aware = g->aware;
   static unsigned char buf[64 * 1024];
   const uint64_t c = below (100);
   if (c < 8) {
@@ -166,7 +174,7 @@ step (struct s4k_dev *d, bool aware, unsigned salt)
   }
   const bool fua = below (10) == 0;
   const bool zero = c < 24;
-  unsigned z = below (nzones);
+  unsigned z = g->seq_only ? CONV + below (nzones - CONV) : below (nzones);
   if (z < CONV) {
     /* Anywhere; zeroes in whole sectors (a zero's cut sectors are writes,
      * cached, and its middle is not). */
@@ -226,7 +234,6 @@ step (struct s4k_dev *d, bool aware, unsigned salt)
     memcpy (M + off, buf, len);
   if (fua || zero)
     through (z, off, len, zone_desc (d, z).wp);
-  (void) aware;
 }
 
 /* The report's object that starts with "{\"KEY\": V, ", or NULL. */
@@ -342,7 +349,7 @@ run_seed (const struct geo *g, const char *torn, unsigned seed,
   rng = seed * 0x9E3779B97F4A7C15ULL + 17;
   const unsigned steps = 20 + below (60);
   for (unsigned i = 0; i < steps; i++)
-    step (d, g->aware, seed * 1000 + i);
+    step (d, g, seed * 1000 + i);
 
   struct s4k_zone_desc before[SIZE / ZONE];
   for (unsigned z = CONV; z < nzones; z++)
