@@ -226,16 +226,19 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
 /* The write cache's data of one zone, or of all, made durable, and the
  * zone's write pointer with it. */
 static int
-zone_sync (struct s4k_dev *d, uint64_t zone_lba, bool all)
+zone_sync (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
+           bool all)
 {
   struct s4k_zones_info zi;
   s4k_zones_info (d->zones, &zi);
+  const bool pointer = op != S4K_ZOP_CLOSE;
   if (all)
-    return fault_zone_sync (d->fault, d->g.size, 0);
+    return fault_zone_sync (d->fault, d->g.size, 0, pointer);
   const uint64_t start = zone_lba << d->lbits;
   const uint64_t len = zi.zone_lbas << d->lbits;
   return fault_zone_sync (d->fault, len < d->g.size - start
-                                    ? len : d->g.size - start, start);
+                                    ? len : d->g.size - start, start,
+                          pointer);
 }
 
 int
@@ -252,7 +255,7 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
      * closed and full zones across a power loss, not open ones): its
      * cached writes first. */
     if (d->fault && (op == S4K_ZOP_CLOSE || op == S4K_ZOP_FINISH))
-      r = zone_sync (d, zone_lba, all);
+      r = zone_sync (d, op, zone_lba, all);
     return r;
   }
   /* The zones written before the reset, whose data it discards: one,
@@ -283,6 +286,6 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
   /* A reset is durable at once: its zeroes were written through, and
    * the pointer at the start with them. */
   if (r == 0 && d->fault)
-    r = zone_sync (d, zone_lba, all);
+    r = zone_sync (d, op, zone_lba, all);
   return r;
 }

@@ -130,6 +130,8 @@ write_any (struct s4k_store *s, const struct s4k_io *io, unsigned n,
   }
   for (unsigned i = 0; i < n && r == 0; i++)
     r = fault_clear_bad (f, io[i].len, io[i].off);
+  if (r == 0 && f->zones)
+    fault_zone_wrote (f, io[0].off, io[n - 1].off + io[n - 1].len);
   pthread_mutex_unlock (&f->m);
   if (cut)
     fault_after_cut (f);
@@ -166,6 +168,8 @@ fault_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
     r = f->inner->ops->zero (f->inner, len, off, may_trim, fua);
     if (r == 0)
       r = fault_clear_bad (f, len, off);
+    if (r == 0 && f->zones)
+      fault_zone_wrote (f, off, off + len);
   }
   pthread_mutex_unlock (&f->m);
   return r;
@@ -247,6 +251,7 @@ fault_close (struct s4k_store *s)
   free (f->bad.r);
   free (f->bucket);
   free (f->dwp);
+  free (f->hw);
   pthread_mutex_destroy (&f->m);
   free (f);
 }

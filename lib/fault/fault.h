@@ -26,9 +26,11 @@ void fault_set_logical (struct s4k_fault *f, uint32_t logical);
 /* zoned=: the device's zones, for power cuts (lib/fault/fault_zone.c). */
 struct s4k_zones;
 int fault_set_zones (struct s4k_fault *f, struct s4k_zones *z);
-/* Makes the cached writes in [off, off+len) durable (CLOSE and FINISH
- * make a zone's write pointer durable). */
-int fault_zone_sync (struct s4k_fault *f, uint64_t len, uint64_t off);
+/* Makes the cached writes in [off, off+len) durable, and the zones'
+ * write pointers: as written (CLOSE), or (pointer) where a zone
+ * operation put them (FINISH, RESET). */
+int fault_zone_sync (struct s4k_fault *f, uint64_t len, uint64_t off,
+                     bool pointer);
 /* The device's layer, or NULL (dev.c). */
 struct s4k_fault *dev_fault (const struct s4k_dev *d);
 /* True if the calling thread's request comes from a connection opened

@@ -86,6 +86,9 @@ struct s4k_fault {
   uint64_t *dwp;                        /* each zone's durable write
                                            pointer: no cut moves the
                                            pointer below it */
+  uint64_t *hw;                         /* each zone's end of the writes
+                                           that reached the layer: a
+                                           flush makes it durable */
   /* The write in flight at a power-cut-after cut: never acknowledged,
    * so no zone keeps it (its first sector may be the torn one). */
   bool pending;
@@ -187,5 +190,7 @@ int fault_zone_cut (struct s4k_fault *f, enum s4k_torn torn,
 int fault_zone_settle (struct s4k_fault *f, uint64_t off, uint64_t end);
 /* The cache was written back: every write pointer is durable. */
 void fault_zone_flushed (struct s4k_fault *f);
+/* A write or zero of [off, end) reached the layer (cached or written). */
+void fault_zone_wrote (struct s4k_fault *f, uint64_t off, uint64_t end);
 
 #endif

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,23 +29,23 @@ fault_set_zones (struct s4k_fault *f, struct s4k_zones *z)
   struct s4k_zones_info zi;
   s4k_zones_info (z, &zi);
   uint64_t *dwp = malloc (zi.nr_zones * sizeof *dwp);
-  if (!dwp)
+  uint64_t *hw = malloc (zi.nr_zones * sizeof *hw);
+  if (!dwp || !hw) {
+    free (dwp);
+    free (hw);
     return -ENOMEM;
+  }
   s4k_zones_wps (z, dwp);
+  memcpy (hw, dwp, zi.nr_zones * sizeof *hw);
   pthread_mutex_lock (&f->m);
   f->zones = z;
   f->dwp = dwp;
+  f->hw = hw;
   f->zone_shift = __builtin_ctzll (zi.zone_lbas);
   f->zone_conv = zi.conventional;
   f->nr_zones = zi.nr_zones;
   pthread_mutex_unlock (&f->m);
   return 0;
-}
-
-void
-fault_zone_flushed (struct s4k_fault *f)
-{
-  s4k_zones_wps (f->zones, f->dwp);
 }
 
 /* The zone of the physical sector starting at byte s. */
@@ -58,6 +59,23 @@ static uint64_t
 zone_start_byte (const struct s4k_fault *f, uint32_t zone)
 {
   return ((uint64_t) zone << f->zone_shift) * f->g.logical;
+}
+
+/* Not the zones' pointers: those of writes the zones accepted that have
+ * not reached the layer yet are not durable (they fail after a cut). */
+void
+fault_zone_flushed (struct s4k_fault *f)
+{
+  memcpy (f->dwp, f->hw, f->nr_zones * sizeof *f->dwp);
+}
+
+void
+fault_zone_wrote (struct s4k_fault *f, uint64_t off, uint64_t end)
+{
+  const uint32_t zone = zone_of_byte (f, off);
+  const uint64_t e = end / f->g.logical;
+  if (zone >= f->zone_conv && zone < f->nr_zones && e > f->hw[zone])
+    f->hw[zone] = e;
 }
 
 /* Destages the dirty sectors in [off, end): their keys first, as a
@@ -101,25 +119,29 @@ fault_zone_settle (struct s4k_fault *f, uint64_t off, uint64_t end)
 }
 
 int
-fault_zone_sync (struct s4k_fault *f, uint64_t len, uint64_t off)
+fault_zone_sync (struct s4k_fault *f, uint64_t len, uint64_t off,
+                 bool pointer)
 {
   pthread_mutex_lock (&f->m);
   int r = destage_within (f, off, off + len);
   if (r == 0)
     r = f->inner->ops->flush (f->inner);
+  uint64_t *now = pointer ? malloc (f->nr_zones * sizeof *now) : NULL;
+  if (r == 0 && pointer && !now)
+    r = -ENOMEM;
   if (r == 0) {
-    /* The zones' pointers now: a reset's lower than before. */
-    uint64_t *now = malloc (f->nr_zones * sizeof *now);
-    if (!now)
-      r = -ENOMEM;
-    else {
+    /* What was written, or the pointer the operation set (a reset's
+     * lower than before, a finish's at the end). */
+    if (now)
       s4k_zones_wps (f->zones, now);
-      for (uint32_t z = zone_of_byte (f, off);
-           z < f->nr_zones && zone_start_byte (f, z) < off + len; z++)
-        f->dwp[z] = now[z];
-      free (now);
+    for (uint32_t z = zone_of_byte (f, off);
+         z < f->nr_zones && zone_start_byte (f, z) < off + len; z++) {
+      if (now)
+        f->hw[z] = now[z];
+      f->dwp[z] = f->hw[z];
     }
   }
+  free (now);
   pthread_mutex_unlock (&f->m);
   return r;
 }
@@ -262,6 +284,7 @@ cut_zone (struct s4k_fault *f, enum s4k_torn torn, struct cut_out *o,
   }
   if (r == 0 && s4k_zones_cut_wp (f->zones, d->start, c / L) != 0)
     r = -EIO;
+  f->hw[keys[0].zone] = c / L;
   return r;
 }
 
@@ -323,8 +346,38 @@ fault_zone_cut (struct s4k_fault *f, enum s4k_torn torn, struct cut_out *o,
     }
     i = j;
   }
+  /* A write the zones accepted that has not reached the layer is lost
+   * (it fails as a request from before the cut): every pointer back to
+   * the end of what reached it. */
+  uint64_t *wps = r == 0 ? malloc (f->nr_zones * sizeof *wps) : NULL;
+  if (r == 0 && !wps)
+    r = -ENOMEM;
+  if (wps)
+    s4k_zones_wps (f->zones, wps);
+  for (uint32_t z = f->zone_conv; wps && z < f->nr_zones && r == 0; z++) {
+    if (wps[z] <= f->hw[z])
+      continue;
+    const struct s4k_zone_desc d = describe (f, z);
+    if (d.cond == S4K_ZC_READ_ONLY || d.cond == S4K_ZC_OFFLINE || d.non_seq)
+      continue;
+    size_t k = 0;
+    while (k < ns && snap[k].zone != z)
+      k++;
+    if (k == ns) {
+      struct zsnap *grown = realloc (snap, (ns + 1) * sizeof *snap);
+      if (!grown) {
+        r = -ENOMEM;
+        break;
+      }
+      snap = grown;
+      snap[ns++] = (struct zsnap) { z, d, UINT64_MAX };
+    }
+    if (s4k_zones_cut_wp (f->zones, d.start, f->hw[z]) != 0)
+      r = -EIO;
+  }
+  free (wps);
   s4k_zones_power_loss (f->zones);
-  s4k_zones_wps (f->zones, f->dwp);
+  fault_zone_flushed (f);
   /* The report: the zones that changed, by LBA. */
   for (size_t i = 1; i < ns; i++)
     for (size_t k = i; k > 0 && snap[k - 1].zone > snap[k].zone; k--) {
