@@ -579,6 +579,32 @@ test_fixed (void)
   free (rep);
   s4k_dev_close (d);
 
+  /* README's example: 512e, 4 MiB zones, zone 1's first 16 LBAs
+   * flushed, 24 more cached, a cut with seed=9 (torn=sector). */
+  d = open_dev ("size=64M model=512e zoned=host-managed zone-size=4M "
+                "zone-conventional=1 write-cache=true seed=9 "
+                "power-cut-after=1000000000");
+  zlbas = 8192;
+  memset (buf, 0xa5, sizeof buf);
+  if (s4k_write (d, buf, 16 * 512, 8192 * 512, 0) || s4k_flush (d) ||
+      s4k_write (d, buf, 24 * 512, 8208 * 512, 0) ||
+      s4k_dev_power_cut (d, -1, &rep))
+    bail ("README's example");
+  ok (strstr (rep, "{\"sector\": 1026, \"lba\": 8208, \"lbas\": 8, "
+              "\"outcome\": \"torn\", \"new_lbas\": [8208, 8211, 8212, "
+              "8213, 8214, 8215]}") &&
+      strstr (rep, "{\"zone\": 8192, \"lbas\": 8192, \"type\": "
+              "\"sequential-write-required\", \"wp_before\": 8232, "
+              "\"wp_after\": 8208, \"cond_before\": \"implicitly-open\", "
+              "\"cond_after\": \"closed\", \"torn_sector\": 1026}") &&
+      zone_desc (d, 1).wp == 8208 &&
+      s4k_read (d, rd, 512, 8208 * 512) == 0 && rd[0] == 0xa5 &&
+      s4k_read (d, rd, 512, 8209 * 512) == 0 && rd[0] == 0 &&
+      s4k_read (d, rd, 512, 8207 * 512) == 0 && rd[0] == 0xa5,
+      "README's example: the report and the data");
+  free (rep);
+  s4k_dev_close (d);
+
   /* The write in flight at power-cut-after is never kept. */
   unsigned kept = 0, torn = 0;
   for (unsigned seed = 1; seed <= 40; seed++) {
