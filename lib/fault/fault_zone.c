@@ -3,16 +3,20 @@
  * sequential zone, a prefix of its unflushed writes and moves the write
  * pointer back to the prefix's end; what makes a zone's writes durable.
  *
- * A zone's unflushed writes are its dirty sectors: a flush writes the
- * cache back, so afterwards no cut takes anything of the zone back (the
- * write pointers are durable).  A sequential zone is written in order, so
- * the order its writes were accepted in is LBA order, and a prefix of
- * them is a prefix of the zone: the cut picks its end c (a physical
- * sector boundary) from the seeded PRNG between the zone's lowest dirty
- * sector and the end of the dirty run above it; the sectors below c are
- * kept, the one at c may be torn (torn=), the rest revert, and the zone
- * reads zeroes from c to its old write pointer (as after a reset).
- * docs/zoned.md "Power cuts" says why and what the host sees. */
+ * Per zone the layer keeps hw, the end of the writes that reached it,
+ * and dwp, the durable write pointer: a flush sets dwp to hw for every
+ * zone, a FUA write or zero to its end (with the zone's cached writes
+ * below it), CLOSE, FINISH and RESET to the zone's (fault_zone_sync).  A
+ * sequential zone is written in order, so the order its writes were
+ * accepted in is LBA order, and a prefix of them is a prefix of the
+ * zone: the cut picks its end c from the seeded PRNG between dwp (or
+ * the zone's lowest dirty sector) and the end of the run of dirty
+ * sectors from there; the sectors below c are kept, the one at c may be
+ * torn (torn=), the rest revert, the zone reads zeroes from c to its old
+ * write pointer (as after a reset), and the pointer moves to c.  Then
+ * every pointer goes back to hw (writes in flight are lost) and no zone
+ * stays open.  All of it under the layer's mutex.  docs/zoned.md "Power
+ * cuts" says why and what the host sees. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
