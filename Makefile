@@ -100,7 +100,8 @@ export SECT4K_BUILD := $(abspath $(B))
 export SECT4K_PLUGIN := $(abspath $(PLUGIN))
 export SECT4K_SAN := $(SAN)
 TESTS ?= $(sort $(wildcard tests/*.t tests/*/*.t))
-PROVE ?= prove
+# --timer: each file's time in the log, to see where a CI run's minutes go.
+PROVE ?= prove --timer
 check: deps
 	$(MAKE) all
 	$(PROVE) --exec '' $(TESTS)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "sect4k/sect4k.h"
 #include "store/store.h"
@@ -429,20 +430,29 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
       s4k_zone_finish (&c->zone, g, err, errlen) == -1)
     return -1;
   if (c->zone.model != S4K_ZONED_NONE) {
-    /* Not yet (docs/zoned.md): zone conditions and write pointers live
-     * in memory only, so a file would keep data the zones no longer
-     * describe (and a cut would move pointers the file does not
-     * keep). */
-    if (c->file && c->fault.write_cache) {
-      snprintf (err, errlen, "zoned=, file=%s and write-cache=true: a "
-                "power cut does not move the file's write pointers back "
-                "yet", c->file);
+    /* With file=, the zone state is kept beside the file, in
+     * FILE.sect4k-zones (lib/dev/dev_zones.c): a block device has no
+     * place for it. */
+    struct stat st;
+    if (c->file && stat (c->file, &st) == 0 && !S_ISREG (st.st_mode)) {
+      snprintf (err, errlen, "zoned= and file=%s: not a regular file (the "
+                "zone state is kept beside the file, in FILE.sect4k-zones)",
+                c->file);
       return -1;
     }
-    if (c->file) {
-      snprintf (err, errlen, "zoned= and file=%s: zone state is not kept "
-                "in the file yet (it would be lost at restart); use the "
-                "memory store", c->file);
+    if (c->zone.reformat && !c->file) {
+      snprintf (err, errlen, "zone-reformat=true: needs file= (the zones "
+                "of a memory device start empty)");
+      return -1;
+    }
+    /* Not yet (docs/zoned.md): FILE.sect4k-zones stores a zone's
+     * pointer when the zone moves it, before a write cache makes the
+     * data durable, so a restart after a crash would find pointers above
+     * data the cache lost. */
+    if (c->file && c->fault.write_cache) {
+      snprintf (err, errlen, "zoned=, file=%s and write-cache=true: the "
+                "zone state file would keep write pointers above data the "
+                "cache lost", c->file);
       return -1;
     }
     if (!c->strict) {

@@ -9,6 +9,8 @@
  *   stats                                     the statistics JSON
  *   status                                    key=value lines
  *   mark NAME                                 a mark in the write log
+ *   zone offline|read-only|repair LBA         a zone's condition (zoned=)
+ *   zone list                                 one line per zone
  * scripts/sect4k-ctl speaks it. */
 #define _GNU_SOURCE             /* pipe2, accept4 */
 #include <errno.h>
@@ -27,6 +29,7 @@
 #include "fault/fault.h"
 #include "sect4k/unixsock.h"
 #include "sect4k/wlog.h"
+#include "sect4k/zone.h"
 
 #define LINE_MAX_LEN 4096
 #define MAX_CLIENTS 64
@@ -121,8 +124,8 @@ command (struct control *c, char *line, FILE *out, char *err, size_t errlen)
     words[n++] = w;
   }
   if (n == 0) {
-    snprintf (err, errlen, "empty command (known: power-cut, bad, stats, "
-              "status, mark)");
+    snprintf (err, errlen, "empty command (known: power-cut, bad, zone, "
+              "stats, status, mark)");
     return -1;
   }
   if (strcmp (words[0], "power-cut") == 0) {
@@ -171,6 +174,28 @@ command (struct control *c, char *line, FILE *out, char *err, size_t errlen)
     s4k_dev_fault_status (c->dev, out);
     return 0;
   }
+  if (strcmp (words[0], "zone") == 0) {
+    if (n == 2 && strcmp (words[1], "list") == 0)
+      return s4k_dev_zone_list (c->dev, out, err, errlen);
+    const enum s4k_zone_cond cond =
+      n != 3 ? 0
+      : strcmp (words[1], "offline") == 0 ? S4K_ZC_OFFLINE
+      : strcmp (words[1], "read-only") == 0 ? S4K_ZC_READ_ONLY
+      : strcmp (words[1], "repair") == 0 ? S4K_ZC_EMPTY : 0;
+    if (!cond) {
+      snprintf (err, errlen, "usage: zone offline|read-only|repair LBA or "
+                "zone list");
+      return -1;
+    }
+    errno = 0;
+    const uint64_t lba = strtoull (words[2], NULL, 10);
+    if (strspn (words[2], "0123456789") != strlen (words[2]) || errno) {
+      snprintf (err, errlen, "zone %s %s: must be the first LBA of a zone "
+                "(decimal)", words[1], words[2]);
+      return -1;
+    }
+    return s4k_dev_zone_fault (c->dev, lba, cond, err, errlen);
+  }
   if (strcmp (words[0], "mark") == 0) {
     if (n != 2) {
       snprintf (err, errlen, "usage: mark NAME (one word)");
@@ -188,7 +213,7 @@ command (struct control *c, char *line, FILE *out, char *err, size_t errlen)
     return r ? -1 : 0;
   }
   snprintf (err, errlen, "unknown command '%s' (known: power-cut, bad, "
-            "stats, status, mark)", words[0]);
+            "zone, stats, status, mark)", words[0]);
   return -1;
 }
 

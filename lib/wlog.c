@@ -6,6 +6,7 @@
  * header (struct log_write_entry, a mark's name after it, zeroes) and,
  * for a write, its nr_sectors blocks of data.  Little-endian throughout. */
 #include <endian.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "sect4k/wlog.h"
+#include "sect4k/zone.h"
 
 #define SUPER_BYTES 28u          /* magic, version, nr_entries, sectorsize */
 #define ENTRY_BYTES 32u          /* sector, nr_sectors, flags, data_len */
@@ -238,6 +240,52 @@ s4k_wlog_mark (struct s4k_wlog *w, const char *name)
   return r;
 }
 
+static const char *const zone_op_names[] =
+  { [S4K_ZOP_CLOSE] = "close", [S4K_ZOP_FINISH] = "finish",
+    [S4K_ZOP_OPEN] = "open", [S4K_ZOP_RESET] = "reset" };
+#define NZOPS (sizeof zone_op_names / sizeof zone_op_names[0])
+
+const char *
+s4k_wlog_zone_op_name (unsigned op)
+{
+  return op < NZOPS ? zone_op_names[op] : NULL;
+}
+
+int
+s4k_wlog_zones (struct s4k_wlog *w, const struct s4k_zone_config *z)
+{
+  char name[160];
+  snprintf (name, sizeof name, S4K_WLOG_ZONES_PREFIX "zoned=%s zone-size=%"
+            PRIu64 " zone-conventional=%" PRIu32,
+            z->model == S4K_ZONED_HOST_MANAGED ? "host-managed"
+                                               : "host-aware",
+            z->size, z->conventional);
+  pthread_mutex_lock (&w->mu);
+  int r = append_locked (w, S4K_WLOG_MARK, 0, 0, NULL, name);
+  pthread_mutex_unlock (&w->mu);
+  return r;
+}
+
+int
+s4k_wlog_zone_op (struct s4k_wlog *w, unsigned op, uint64_t lba, bool all)
+{
+  const char *opn = s4k_wlog_zone_op_name (op);
+  if (!opn)
+    return -EINVAL;
+  char name[80];
+  if (all)
+    snprintf (name, sizeof name, S4K_WLOG_ZONE_OP_PREFIX "%s all", opn);
+  else
+    snprintf (name, sizeof name, S4K_WLOG_ZONE_OP_PREFIX "%s lba=%" PRIu64,
+              opn, lba);
+  /* A plain mark, as the geometry entry: replay-log replays nothing for
+   * it; a reset's data follows as ZERO entries. */
+  pthread_mutex_lock (&w->mu);
+  int r = append_locked (w, S4K_WLOG_MARK, 0, 0, NULL, name);
+  pthread_mutex_unlock (&w->mu);
+  return r;
+}
+
 uint64_t
 s4k_wlog_entries (struct s4k_wlog *w)
 {
@@ -335,6 +383,64 @@ parse_geometry (const char *s, struct s4k_wlog_info *info)
   return true;
 }
 
+/* "sect4k-zones zoned=MODEL zone-size=BYTES zone-conventional=N": the
+ * keys as a device takes them, checked against the geometry alike. */
+static bool
+parse_zones (const char *s, struct s4k_wlog_info *info, char *why,
+             size_t whylen)
+{
+  struct s4k_zone_config z;
+  memset (&z, 0, sizeof z);
+  char buf[256];
+  snprintf (buf, sizeof buf, "%s", s + strlen (S4K_WLOG_ZONES_PREFIX));
+  char *save = NULL;
+  for (char *kv = strtok_r (buf, " ", &save); kv;
+       kv = strtok_r (NULL, " ", &save)) {
+    char *eq = strchr (kv, '=');
+    if (!eq) {
+      snprintf (why, whylen, "\"%s\" is not key=value", kv);
+      return false;
+    }
+    *eq = '\0';
+    int r = s4k_zone_set (&z, kv, eq + 1, why, whylen);
+    if (r == 1)
+      snprintf (why, whylen, "%s= is not a zone key", kv);
+    if (r)
+      return false;
+  }
+  if (z.model == S4K_ZONED_NONE) {
+    snprintf (why, whylen, "no zoned=");
+    return false;
+  }
+  if (info->known && s4k_zone_finish (&z, &info->geom, why, whylen) == -1)
+    return false;
+  info->zone = z;
+  return true;
+}
+
+/* "sect4k-zone OP lba=LBA" or "sect4k-zone OP all". */
+static bool
+parse_zone_op (const char *s, struct s4k_wlog_entry *e)
+{
+  s += strlen (S4K_WLOG_ZONE_OP_PREFIX);
+  for (unsigned op = 0; op < NZOPS; op++) {
+    const char *n = zone_op_names[op];
+    const size_t len = n ? strlen (n) : 0;
+    if (!n || strncmp (s, n, len) || s[len] != ' ')
+      continue;
+    const char *a = s + len + 1;
+    int end = -1;
+    if (strcmp (a, "all") == 0)
+      e->zone_all = true;
+    else if (sscanf (a, "lba=%" SCNu64 "%n", &e->zone_lba, &end) != 1 ||
+             a[end] || !isdigit ((unsigned char) a[4]))
+      return false;
+    e->zone_op = op;
+    return true;
+  }
+  return false;
+}
+
 int
 s4k_wlog_open (struct s4k_wlog_reader **out, const char *path,
                unsigned flags, char *err, size_t errlen)
@@ -398,6 +504,20 @@ s4k_wlog_open (struct s4k_wlog_reader **out, const char *path,
     snprintf (err, errlen, "%s: entry 0 at byte %" PRIu64 ": a geometry "
               "entry that does not parse: \"%s\"", path, e.pos, e.mark);
     goto fail;
+  }
+  /* A zoned device's layout, entry 1 (a bad entry there is reported
+   * when it is read). */
+  char ignored[256];
+  if (n == 1 && e.geometry)
+    n = s4k_wlog_next (r, &e, ignored, sizeof ignored);
+  if (n == 1 && e.zones) {
+    char why[256];
+    if (!parse_zones (e.mark, &r->info, why, sizeof why)) {
+      snprintf (err, errlen, "%s: entry 1 at byte %" PRIu64 ": a zone "
+                "layout entry that does not parse: \"%s\": %s", path, e.pos,
+                e.mark, why);
+      goto fail;
+    }
   }
   s4k_wlog_rewind (r);
   *out = r;
@@ -468,6 +588,19 @@ s4k_wlog_next (struct s4k_wlog_reader *r, struct s4k_wlog_entry *e,
                   (e->flags & S4K_WLOG_GEOMETRY ||
                    strncmp (e->mark, GEOMETRY_PREFIX,
                             strlen (GEOMETRY_PREFIX)) == 0);
+    /* A zoned device's: its layout, entry 1, and its zone operations. */
+    e->zones = e->index == 1 &&
+               strncmp (e->mark, S4K_WLOG_ZONES_PREFIX,
+                        strlen (S4K_WLOG_ZONES_PREFIX)) == 0;
+    if (!e->geometry && !e->zones &&
+        strncmp (e->mark, S4K_WLOG_ZONE_OP_PREFIX,
+                 strlen (S4K_WLOG_ZONE_OP_PREFIX)) == 0 &&
+        !parse_zone_op (e->mark, e)) {
+      snprintf (buf, sizeof buf, "a zone operation entry that does not "
+                "parse: \"%.80s\"", e->mark);
+      why = buf;
+      goto bad;
+    }
   } else {
     e->off = e->sector * ss;
     e->len = e->nr_sectors * ss;

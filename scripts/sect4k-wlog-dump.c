@@ -68,7 +68,8 @@ main (int argc, char **argv)
   }
   const struct s4k_wlog_info *info = s4k_wlog_info (r);
   uint64_t n = 0, writes = 0, zeros = 0, discards = 0, flushes = 0,
-           fuas = 0, atomics = 0, marks = 0, bytes = 0, past = 0;
+           fuas = 0, atomics = 0, marks = 0, bytes = 0, past = 0,
+           zone_ops = 0;
   struct s4k_wlog_entry e;
   int got;
   if (!summary) {
@@ -79,13 +80,18 @@ main (int argc, char **argv)
               " alignment=%" PRIu32 " export=%s", info->geom.size,
               info->geom.logical, info->geom.physical, info->geom.alignment,
               info->export_name);
+    if (info->zone.model != S4K_ZONED_NONE)
+      printf (" zoned=%s zone-size=%" PRIu64 " zone-conventional=%" PRIu32,
+              info->zone.model == S4K_ZONED_HOST_MANAGED ? "host-managed"
+                                                         : "host-aware",
+              info->zone.size, info->zone.conventional);
     printf ("\n");
   }
   while ((got = s4k_wlog_next (r, &e, err, sizeof err)) == 1) {
     n++;
     past += e.past_count;
     if (e.flags & S4K_WLOG_MARK)
-      marks++;
+      marks++, zone_ops += e.zone_op != 0;
     else if (e.flags & S4K_WLOG_DISCARD)
       discards++;
     else if (e.len) {
@@ -102,6 +108,14 @@ main (int argc, char **argv)
     print_flags (e.flags);
     if (e.mark)
       printf (" \"%s\"", e.mark);
+    /* A zoned device's entries, as the reader took them. */
+    if (e.zones)
+      printf (" zone-layout");
+    else if (e.zone_op && e.zone_all)
+      printf (" zone-%s all", s4k_wlog_zone_op_name (e.zone_op));
+    else if (e.zone_op)
+      printf (" zone-%s lba=%" PRIu64, s4k_wlog_zone_op_name (e.zone_op),
+              e.zone_lba);
     else if (e.len)
       printf (" off=%" PRIu64 " len=%" PRIu64, e.off, e.len);
     printf ("%s\n", e.past_count ? " (past nr_entries)" : "");
@@ -115,9 +129,13 @@ main (int argc, char **argv)
     printf ("entries=%" PRIu64 " writes=%" PRIu64 " zeros=%" PRIu64
             " discards=%" PRIu64 " flushes=%" PRIu64 " fua=%" PRIu64
             " atomic=%" PRIu64 " marks=%" PRIu64 " bytes=%" PRIu64
-            " past_count=%" PRIu64 " geometry=%s\n", n, writes, zeros,
+            " past_count=%" PRIu64 " geometry=%s zone_ops=%" PRIu64
+            " zoned=%s\n", n, writes, zeros,
             discards, flushes, fuas, atomics, marks, bytes, past,
-            info->known ? "yes" : "no");
+            info->known ? "yes" : "no", zone_ops,
+            info->zone.model == S4K_ZONED_HOST_MANAGED ? "host-managed"
+            : info->zone.model == S4K_ZONED_HOST_AWARE ? "host-aware"
+            : "no");
   s4k_wlog_close (r);
   return 0;
 }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "captive.h"
+#include "ublk.h"
 #include "server.h"
 #include "tcmu.h"
 #include "tls.h"
@@ -76,12 +77,21 @@ usage (FILE *f)
 "      --scsi                 also (or, without --unix/--listen, only) as\n"
 "                             local SCSI disks /dev/sdX, one per export,\n"
 "                             through target_core_user and tcm_loop (root)\n"
+"      --ublk                 also (or, without --unix/--listen, only) as\n"
+"                             block devices /dev/ublkbN, one per export,\n"
+"                             through ublk_drv (root; Linux 6.0 or later)\n"
+"      --ublk-recovery        with --ublk: a device outlives a server that\n"
+"                             dies (SIGKILL, a crash), its I/O held, and the\n"
+"                             next --ublk-recovery start with the same\n"
+"                             exports takes it over (user recovery)\n"
 "      --run CMD              run CMD with /bin/sh once every export is\n"
-"                             served (with --scsi: every disk exists), then\n"
+"                             served (with --scsi or --ublk: every disk\n"
+"                             exists), then\n"
 "                             stop and exit with its status (128+N for signal\n"
 "                             N); CMD sees $uri (and $nbd, the same),\n"
 "                             $exportname, $port or $unixsocket, $tls, and\n"
-"                             with --scsi $dev and $dev_NAME per named export\n"
+"                             with --scsi or --ublk $dev and $dev_NAME per\n"
+"                             named export\n"
 "  -P, --pidfile FILE         write the pid to FILE once serving\n"
 "      --exit-with-parent     stop (as on SIGTERM) when the parent exits\n"
 "  -v, --verbose              log connections and refused requests\n"
@@ -309,6 +319,16 @@ zoned_refused (const struct s4k_exports *t, bool scsi, char *err,
   return false;
 }
 
+/* --ublk: what ublk's parameters cannot say, refused in one line. */
+static int
+ublk_refusals (const struct s4k_exports *t, char *err, size_t errlen)
+{
+  for (size_t i = 0; i < t->n; i++)
+    if (ublk_refused (&t->v[i], t->named, err, errlen) == -1)
+      return -1;
+  return 0;
+}
+
 /* --run --scsi: $dev_NAME for export NAME, other characters than
  * letters and digits as "_". */
 static void
@@ -344,7 +364,8 @@ check_dev_names (const struct s4k_exports *t, char *err, size_t errlen)
  * stop signal came while the server started. */
 static pid_t
 start_run (const char *cmd, const struct server *s, const char *unix_path,
-           const struct s4k_exports *t, const struct scsi_front *front)
+           const struct s4k_exports *t, const struct scsi_front *front,
+           const struct ublk_front *ufront)
 {
   sigset_t pending;
   sigpending (&pending);
@@ -366,9 +387,10 @@ start_run (const char *cmd, const struct server *s, const char *unix_path,
            captive_env_add (&env, "port", "") == -1 ||
            captive_env_add (&env, "unixsocket", "") == -1)
     r = -1;
-  for (size_t i = 0; front && r == 0 && i < t->n; i++) {
+  for (size_t i = 0; (front || ufront) && r == 0 && i < t->n; i++) {
     char dev[64], var[300];
-    snprintf (dev, sizeof dev, "/dev/%s", scsi_front_disk (front, i));
+    snprintf (dev, sizeof dev, "/dev/%s", front ? scsi_front_disk (front, i)
+                                                : ublk_front_disk (ufront, i));
     if (i == 0)
       r = captive_env_add (&env, "dev", dev);
     if (t->named && r == 0) {
@@ -432,7 +454,7 @@ int
 main (int argc, char **argv)
 {
   enum { OPT_ALLOW_REMOTE = 256, OPT_MAX_CONN, OPT_HS_TIMEOUT, OPT_NBD_STATS,
-         OPT_OLD_STATS, OPT_IDLE_TIMEOUT, OPT_SCSI, OPT_TLS, OPT_TLS_CERTS,
+         OPT_OLD_STATS, OPT_IDLE_TIMEOUT, OPT_SCSI, OPT_UBLK, OPT_UBLK_RECOVERY, OPT_TLS, OPT_TLS_CERTS,
          OPT_TLS_PSK, OPT_TLS_VERIFY, OPT_RUN, OPT_EXIT_WITH_PARENT };
   static const struct option longopts[] = {
     { "unix", required_argument, NULL, 'U' },
@@ -447,6 +469,8 @@ main (int argc, char **argv)
     { "nbd-stats", required_argument, NULL, OPT_NBD_STATS },
     { "stats", required_argument, NULL, OPT_OLD_STATS },
     { "scsi", no_argument, NULL, OPT_SCSI },
+    { "ublk", no_argument, NULL, OPT_UBLK },
+    { "ublk-recovery", no_argument, NULL, OPT_UBLK_RECOVERY },
     { "tls", required_argument, NULL, OPT_TLS },
     { "tls-certificates", required_argument, NULL, OPT_TLS_CERTS },
     { "tls-psk", required_argument, NULL, OPT_TLS_PSK },
@@ -469,6 +493,7 @@ main (int argc, char **argv)
   const char *unix_path = NULL, *listen_spec = NULL, *stats_file = NULL;
   const char *run = NULL, *pidfile = NULL;
   bool allow_remote = false, scsi = false, exit_with_parent = false;
+  bool ublk = false, ublk_recovery = false;
   struct tls_options tls = { 0 };
   long ncpu = sysconf (_SC_NPROCESSORS_ONLN);
   s.threads = ncpu < 1 ? 1 : ncpu > 4 ? 4 : ncpu;
@@ -516,6 +541,8 @@ main (int argc, char **argv)
       /* fall through */
     case OPT_NBD_STATS: stats_file = optarg; break;
     case OPT_SCSI: scsi = true; break;
+    case OPT_UBLK: ublk = true; break;
+    case OPT_UBLK_RECOVERY: ublk_recovery = true; break;
     case OPT_TLS:
       if (strcmp (optarg, "off") == 0)
         s.cfg.tls = TLS_OFF;
@@ -578,12 +605,26 @@ main (int argc, char **argv)
 
   static struct s4k_exports exports;
   char err[512];
+  if (run && scsi && ublk) {
+    fprintf (stderr, PROG ": --run: give --scsi or --ublk, not both ($dev "
+             "would name one of the two disks)\n");
+    return 1;
+  }
   if (scsi && scsi_check (err, sizeof err) == -1) {
     fprintf (stderr, PROG ": %s\n", err);
     return 1;
   }
-  /* --scsi alone serves no NBD. */
-  const bool listening = !scsi || unix_path || listen_spec || activated;
+  if (ublk_recovery && !ublk) {
+    fprintf (stderr, PROG ": --ublk-recovery needs --ublk\n");
+    return 1;
+  }
+  if (ublk && ublk_check (err, sizeof err) == -1) {
+    fprintf (stderr, PROG ": %s\n", err);
+    return 1;
+  }
+  /* --scsi or --ublk alone serves no NBD. */
+  const bool listening = !(scsi || ublk) || unix_path || listen_spec ||
+                         activated;
   s4k_exports_init (&exports);
   for (int i = optind; i < argc; i++) {
     const char *arg = argv[i], *eq = strchr (arg, '=');
@@ -633,8 +674,10 @@ main (int argc, char **argv)
     return 1;
   if (s4k_exports_finish (&exports, err, sizeof err) == -1 ||
       (listening && zoned_refused (&exports, scsi, err, sizeof err)) ||
-      (run && scsi && check_dev_names (&exports, err, sizeof err) == -1) ||
-      s4k_exports_open (&exports, err, sizeof err) < 0) {
+      (run && (scsi || ublk) &&
+       check_dev_names (&exports, err, sizeof err) == -1) ||
+      s4k_exports_open (&exports, err, sizeof err) < 0 ||
+      (ublk && ublk_refusals (&exports, err, sizeof err) == -1)) {
     fprintf (stderr, PROG ": %s\n", err);
     s4k_exports_close (&exports);
     return 1;
@@ -706,12 +749,21 @@ main (int argc, char **argv)
     return 1;
   }
   struct scsi_front *front = NULL;
+  struct ublk_front *ufront = NULL;
   int ret = 0;
   if (scsi &&
       /* With --run, stdout is the command's: the disks are in its
        * variables, and logged. */
       !(front = scsi_start (&exports, s.cfg.readonly, s.cfg.verbose,
                             run ? NULL : stdout, err, sizeof err))) {
+    fprintf (stderr, PROG ": %s\n", err);
+    ret = 1;
+    goto out;
+  }
+  if (ublk &&
+      !(ufront = ublk_start (&exports, s.cfg.readonly, ublk_recovery, s.threads,
+                             s.cfg.verbose, run ? NULL : stdout, err,
+                             sizeof err))) {
     fprintf (stderr, PROG ": %s\n", err);
     ret = 1;
     goto out;
@@ -731,7 +783,8 @@ main (int argc, char **argv)
     goto out;
   }
   pid_t child = -1;
-  if (run && (child = start_run (run, &s, unix_path, &exports, front)) == -1) {
+  if (run && (child = start_run (run, &s, unix_path, &exports, front,
+                                         ufront)) == -1) {
     ret = 1;
     goto out;
   }
@@ -740,10 +793,13 @@ main (int argc, char **argv)
     ret = serve (&s) == 0 ? 0 : 1;
   else {
     int sig;
-    log_msg ("serving %zu export%s as SCSI disks", exports.n,
-             exports.n == 1 ? "" : "s");
+    const char *what = scsi && ublk ? "SCSI and ublk disks"
+                       : scsi ? "SCSI disks" : "ublk devices";
+    log_msg ("serving %zu export%s as %s", exports.n,
+             exports.n == 1 ? "" : "s", what);
     sigwait (&s.stop_signals, &sig);
-    log_msg ("%s: removing the SCSI disks", strsignal (sig));
+    log_msg ("%s: removing the %s", sig == SIGCHLD ? "--run: the command "
+             "ended" : strsignal (sig), what);
   }
   if (child != -1) {
     /* Before the disks go: the command no longer uses them. */
@@ -754,6 +810,7 @@ out:
   for (unsigned i = 0; i < s.nlisten; i++)
     close (s.listen_fd[i]);
   scsi_stop (front);
+  ublk_stop (ufront);
   if (unix_path)
     s4k_unix_unlink (unix_path, &unix_sock);
   if (private_socket && s.nlisten)

@@ -15,7 +15,7 @@ SERVER_MAN := sect4k-server.1
 CONN_SRCS := server/request.c server/handshake.c server/reply.c server/sched.c
 CONN_OBJS := $(CONN_SRCS:%.c=$(B)/%.o)
 SERVER_SRCS := server/main.c server/captive.c server/loop.c $(CONN_SRCS) \
-  server/configfs.c server/tcmu.c server/tls.c
+  server/configfs.c server/tcmu.c server/ublk.c server/tls.c
 GNUTLS_LIBS = $(shell $(PKG_CONFIG) --libs gnutls 2>/dev/null)
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(B)/%.o)
 SERVER_HDRS := $(wildcard server/*.h)

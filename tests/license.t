@@ -13,6 +13,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import tap  # noqa: E402
+if os.environ.get("SECT4K_SAN"):
+    tap.skip_all("the license lines are checked in the plain build only (no C runs here)")
 
 ROOT = os.path.dirname(HERE)
 TAG = "SPDX-License-Identifier: BSD-3-Clause"

@@ -182,6 +182,9 @@ struct s4k_zone_config {
   uint32_t max_open;            /* open sequential write required zones
                                    (implicit + explicit); 0: no limit */
   uint32_t max_active;          /* open + closed; 0: no limit */
+  bool reformat;                /* zone-reformat=true: with file=, every
+                                   zone starts empty, whatever the zone
+                                   state file holds (lib/dev/dev_zones.c) */
   const char *first_key;        /* the first zone-* key given, for the
                                    refusal without zoned= */
   char first_value[32];
@@ -212,7 +215,9 @@ int s4k_zone_refuse_nbd (const struct s4k_zone_config *c, const char *name,
   "zone-max-open=N       Open sequential zones at most, host-managed only\n" \
   "                      (default 0: no limit).\n"                          \
   "zone-max-active=N     Open and closed sequential zones at most,\n"       \
-  "                      host-managed only (default 0: no limit).\n"
+  "                      host-managed only (default 0: no limit).\n"       \
+  "zone-reformat=BOOL    With file=: start with every zone empty, whatever\n" \
+  "                      FILE.sect4k-zones holds (default false).\n"
 
 struct s4k_config {
   struct s4k_geometry geom;

@@ -49,6 +49,15 @@
  * "sect4k-geometry size=N logical=L physical=P alignment=A export=NAME"
  * (docs/write-log.md). */
 #define S4K_WLOG_GEOMETRY_PREFIX "sect4k-geometry "
+/* A zoned device's log (zoned=): entry 1 is a plain MARK with its zone
+ * layout, "sect4k-zones zoned=MODEL zone-size=BYTES zone-conventional=N",
+ * and each zone operation that succeeded is a plain MARK
+ * "sect4k-zone OP lba=LBA" or "sect4k-zone OP all" (OP: close, finish,
+ * open, reset; LBA: the zone's first logical block), logged after the
+ * zone model took it; a reset's data follows as ZERO entries of each
+ * zone's [start, old write pointer).  docs/write-log.md "Zones". */
+#define S4K_WLOG_ZONES_PREFIX "sect4k-zones "
+#define S4K_WLOG_ZONE_OP_PREFIX "sect4k-zone "
 
 /* ---- reader ----------------------------------------------------------- */
 
@@ -71,6 +80,11 @@ struct s4k_wlog_entry {
   const char *mark;      /* MARK: the name, NUL-terminated; else NULL */
   bool geometry;         /* the log's geometry entry (a mark that is no
                             user's) */
+  bool zones;            /* the zone layout entry (entry 1; no user's) */
+  unsigned zone_op;      /* a zone operation's mark (enum s4k_zone_op;
+                            no user's), else 0 */
+  bool zone_all;         /* zone_op: the ALL form */
+  uint64_t zone_lba;     /* zone_op without ALL: the zone's first LBA */
   bool past_count;       /* after the super block's nr_entries: only with
                             S4K_WLOG_READ_TAIL (a writer that did not
                             close, e.g. killed) */
@@ -82,6 +96,9 @@ struct s4k_wlog_info {
   bool known;
   struct s4k_geometry geom;
   char export_name[256];  /* "" for the unnamed export */
+  /* The zone layout entry's (model S4K_ZONED_NONE: none), checked
+   * against the geometry as the keys are (s4k_zone_finish). */
+  struct s4k_zone_config zone;
 };
 
 /* Read past nr_entries while whole entries follow (a log whose writer was
@@ -133,6 +150,15 @@ int s4k_wlog_flush (struct s4k_wlog *w);
 /* A mark entry (name: 1..S4K_WLOG_MARK_MAX bytes, no NUL). */
 #define S4K_WLOG_MARK_MAX 255u
 int s4k_wlog_mark (struct s4k_wlog *w, const char *name);
+/* The zone layout entry (z: finished keys, model not NONE); the
+ * device writes it right after creating the log, as entry 1. */
+int s4k_wlog_zones (struct s4k_wlog *w, const struct s4k_zone_config *z);
+/* A zone operation's mark (op: enum s4k_zone_op; lba ignored when all). */
+int s4k_wlog_zone_op (struct s4k_wlog *w, unsigned op, uint64_t lba,
+                      bool all);
+/* The name of op ("close", "finish", "open", "reset"), or NULL. */
+const char *s4k_wlog_zone_op_name (unsigned op);
+
 /* Entries written so far (the geometry entry included). */
 uint64_t s4k_wlog_entries (struct s4k_wlog *w);
 /* Writes the final count and closes; 0 or -errno. */

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "sect4k/sect4k.h"
 
@@ -233,5 +234,48 @@ struct s4k_zones *s4k_dev_zones (const struct s4k_dev *d);
  * store's -errno, or s4k_zone_errno. */
 int s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op,
                      uint64_t zone_lba, bool all);
+
+/* ---- the zone state in a file (lib/zone/zone_file.c) -------------------
+
+ * With file=, the device keeps the zones' conditions, write pointers
+ * and NON_SEQ in FILE.sect4k-zones (lib/dev/dev_zones.c maps it): a
+ * header naming the layout, then one 8-byte record per zone, stored by
+ * every call above that changes the zone before it returns. */
+
+/* Bytes of z's file; the offset of the record of the zone holding lba. */
+size_t s4k_zones_file_size (const struct s4k_zones *z);
+size_t s4k_zones_file_offset (const struct s4k_zones *z, uint64_t lba);
+/* Fills buf (s4k_zones_file_size bytes) with z's header and records. */
+void s4k_zones_file_image (struct s4k_zones *z, void *buf);
+/* Takes the state recorded in map (len bytes of the file at path) and
+ * keeps it there from now on.  Open zones come back CLOSED (EMPTY when
+ * nothing was written), as after a power cycle.  0, or -1 with err (one
+ * line): the layout recorded is not z's (what differs), or a record is
+ * not valid; z is unchanged then. */
+int s4k_zones_file_attach (struct s4k_zones *z, void *map, size_t len,
+                           const char *path, char *err, size_t errlen);
+/* Only the header of map (len bytes: at least its first 4096): 0 if it
+ * names z's layout, else -1 with err as s4k_zones_file_attach. */
+int s4k_zones_file_check (const struct s4k_zones *z, const void *map,
+                          size_t len, const char *path, char *err,
+                          size_t errlen);
+/* Stops storing records (before map is unmapped). */
+void s4k_zones_file_detach (struct s4k_zones *z);
+
+/* ---- the device's zone faults (lib/dev/dev_zones.c) --------------------- */
+
+/* The control socket's zone commands: s4k_zones_set_cond on device d's
+ * zone starting at lba (READ_ONLY, OFFLINE, or EMPTY/NOT_WP: "repair",
+ * which picks the one the zone's type takes), on record with file= and
+ * synced.  0, or -1 with err (one line). */
+int s4k_dev_zone_fault (struct s4k_dev *d, uint64_t lba,
+                        enum s4k_zone_cond cond, char *err, size_t errlen);
+/* Every zone of d, one line each:
+ *   start=LBA len=LBAS type=TYPE cond=COND wp=LBA|- non-seq=0|1
+ * (TYPE conventional, seq-required, seq-preferred; COND not-wp, empty,
+ * imp-open, exp-open, closed, read-only, full, offline).  0, or -1 with
+ * err (not zoned). */
+int s4k_dev_zone_list (struct s4k_dev *d, FILE *out, char *err,
+                       size_t errlen);
 
 #endif

@@ -96,6 +96,12 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
       snprintf (err, errlen, "zoned=: %s", s4k_strerror (-r));
     if (r == 0 && d->fault && (r = fault_set_zones (d->fault, d->zones)))
       snprintf (err, errlen, "zoned=: %s", s4k_strerror (-r));
+    /* The log's entry 1: the layout, for its readers (sect4k-crash). */
+    if (r == 0 && d->wlog && (r = s4k_wlog_zones (d->wlog, &zc)) < 0) {
+      snprintf (err, errlen, "write-log=%s: %s", c->write_log,
+                s4k_strerror (-r));
+      s4k_zones_free (d->zones);
+    }
     if (r) {
       s4k_wlog_free (d->wlog);
       s4k_timing_free (d->timing);
@@ -113,6 +119,18 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     free (d);
     store->ops->close (store);
     return -ENOMEM;
+  }
+  /* The zone state the file was left with (a new file: all empty). */
+  if (d->zones && c->file &&
+      dev_zones_file_open (d, c, err, errlen) == -1) {
+    free (d->geom_record);
+    s4k_zones_free (d->zones);
+    s4k_wlog_free (d->wlog);
+    s4k_timing_free (d->timing);
+    s4k_locks_free (d->locks);
+    free (d);
+    store->ops->close (store);
+    return -EINVAL;
   }
   /* Every request of a zoned device passes the zone checks: no fast
    * path skips them. */
@@ -135,6 +153,9 @@ s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
 
   /* A FORMAT UNIT on an earlier start changed the logical size. */
   if (cfg.file && dev_format_record_apply (&cfg, err, errlen) == -1)
+    return -EINVAL;
+  /* A zone layout that is not the file's, before size= grows it. */
+  if (cfg.file && dev_zones_file_check (&cfg, err, errlen) == -1)
     return -EINVAL;
   /* The file store may take the size from the file. */
   if (cfg.file && !(store = s4k_file_store_new (&cfg, &cfg.geom.size,
@@ -175,6 +196,7 @@ s4k_dev_close (struct s4k_dev *d)
   s4k_timing_free (d->timing);
   s4k_wlog_free (d->wlog);
   free (d->geom_record);
+  dev_zones_file_close (d);
   s4k_zones_free (d->zones);
   free (d);
 }

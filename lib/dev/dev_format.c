@@ -78,9 +78,8 @@ dev_format_record_apply (struct s4k_config *c, char *err, size_t errlen)
   return 0;
 }
 
-/* Writes the record: a temporary file, synced, renamed over it. */
-static int
-record_write (const char *path, const struct s4k_geometry *g)
+int
+dev_sidecar_write (const char *path, const void *buf, size_t len)
 {
   char tmp[4096];
   if (snprintf (tmp, sizeof tmp, "%s.tmp", path) >= (int) sizeof tmp)
@@ -88,13 +87,18 @@ record_write (const char *path, const struct s4k_geometry *g)
   int fd = open (tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd == -1)
     return -errno;
-  char line[256];
-  int n = snprintf (line, sizeof line, RECORD_PREFIX "logical=%" PRIu32
-                    " physical=%" PRIu32 " alignment=%" PRIu32 "\n",
-                    g->logical, g->physical, g->alignment);
   int r = 0;
-  if (write (fd, line, (size_t) n) != n || fsync (fd) == -1)
-    r = errno ? -errno : -EIO;
+  for (size_t done = 0; r == 0 && done < len; ) {
+    ssize_t n = write (fd, (const char *) buf + done, len - done);
+    if (n > 0)
+      done += n;
+    else if (n == -1 && errno != EINTR)
+      r = -errno;
+    else if (n == 0)
+      r = -EIO;
+  }
+  if (r == 0 && fsync (fd) == -1)
+    r = -errno;
   if (close (fd) == -1 && r == 0)
     r = -errno;
   if (r == 0 && rename (tmp, path) == -1)
@@ -115,6 +119,17 @@ record_write (const char *path, const struct s4k_geometry *g)
     close (dfd);
   }
   return 0;
+}
+
+/* Writes the record. */
+static int
+record_write (const char *path, const struct s4k_geometry *g)
+{
+  char line[256];
+  int n = snprintf (line, sizeof line, RECORD_PREFIX "logical=%" PRIu32
+                    " physical=%" PRIu32 " alignment=%" PRIu32 "\n",
+                    g->logical, g->physical, g->alignment);
+  return dev_sidecar_write (path, line, (size_t) n);
 }
 
 int

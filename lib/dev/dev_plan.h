@@ -362,8 +362,16 @@ zone_admit (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
   int r = 0;
   if (op == S4K_OP_READ)
     r = s4k_zones_read (d->zones, lba, n);
-  else if (op == S4K_OP_WRITE || op == S4K_OP_ZERO)
+  else if (op == S4K_OP_WRITE || op == S4K_OP_ZERO) {
     r = s4k_zones_write (d->zones, lba, n);
+    /* FUA: its zone's record durable with the data (file=). */
+    int e;
+    if (r == 0 && (flags & S4K_FUA) && d->zmap &&
+        (e = dev_zones_file_sync (d, lba))) {
+      s4k_zones_rewind (d->zones, lba, n);
+      return e;
+    }
+  }
   return r ? s4k_zone_errno (-r) : 0;
 }
 
@@ -393,8 +401,9 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
   q->exact = op == S4K_OP_READ && d->lockfree_reads;
   q->cut = NULL;
   q->t = (struct tally) { 0 };
-  if (op == S4K_OP_FLUSH)
-    return 0;
+  if (op == S4K_OP_FLUSH)       /* the zone records too (file=) */
+    return __builtin_expect (d->zmap != NULL, 0)
+           ? dev_zones_file_sync (d, UINT64_MAX) : 0;
   if (__builtin_expect (d->zones != NULL, 0) && op == S4K_OP_TRIM)
     q->len = len = zone_clip_trim (d, len, off);
   int r = plan (d, op, len, off, flags, &q->s, &q->t);

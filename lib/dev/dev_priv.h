@@ -66,6 +66,9 @@ struct s4k_dev {
   bool volatile_store;          /* memory: no geometry outlives the device */
   char *geom_record;            /* file= a regular file: where FORMAT UNIT
                                    records the logical size (dev_format.c) */
+  void *zmap;                   /* zoned= and file=: FILE.sect4k-zones,
+                                   mapped (dev_zones.c), or NULL */
+  size_t zmap_len;
 };
 
 /* A request the device makes itself on a zoned device (the data a zone
@@ -79,5 +82,23 @@ struct s4k_dev {
 int dev_format_record_init (struct s4k_dev *d, const char *file, char *err,
                             size_t errlen);
 int dev_format_record_apply (struct s4k_config *c, char *err, size_t errlen);
+/* A file beside the data file (FILE.sect4k-geometry, FILE.sect4k-zones):
+ * written whole to PATH.tmp, synced, renamed over path, the directory
+ * synced.  0 or -errno. */
+int dev_sidecar_write (const char *path, const void *buf, size_t len);
+
+/* dev_zones.c: the zone state of a file= device in FILE.sect4k-zones,
+ * mapped.  open: after the zones are made (0, or -1 with err: a layout
+ * that is not the keys', a file with data and no zone state); sync:
+ * the records of the zone holding lba (UINT64_MAX: all) to the disk, as
+ * a flush or FUA makes the data durable (0 or -errno); close: unmaps. */
+int dev_zones_file_open (struct s4k_dev *d, const struct s4k_config *c,
+                         char *err, size_t errlen);
+/* Before the store opens the file (size= may grow it): -1 with err if
+ * FILE.sect4k-zones names another layout than the keys'. */
+int dev_zones_file_check (const struct s4k_config *c, char *err,
+                          size_t errlen);
+int dev_zones_file_sync (struct s4k_dev *d, uint64_t lba);
+void dev_zones_file_close (struct s4k_dev *d);
 
 #endif

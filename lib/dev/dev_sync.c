@@ -251,10 +251,12 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
     int r = s4k_zones_op (d->zones, op, zone_lba, all);
     if (r)
       return s4k_zone_errno (-r);
+    if (d->wlog)
+      r = s4k_wlog_zone_op (d->wlog, op, zone_lba, all);
     /* CLOSE and FINISH make the zone's write pointer durable (ZBC keeps
      * closed and full zones across a power loss, not open ones): its
      * cached writes first. */
-    if (d->fault && (op == S4K_ZOP_CLOSE || op == S4K_ZOP_FINISH))
+    if (r == 0 && d->fault && (op == S4K_ZOP_CLOSE || op == S4K_ZOP_FINISH))
       r = zone_sync (d, op, zone_lba, all);
     return r;
   }
@@ -273,6 +275,11 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
   int r = n < 0 ? n : s4k_zones_op (d->zones, op, zone_lba, all);
   if (r)
     r = s4k_zone_errno (-r);
+  /* Logged before its zeroes: a reader knows the zones it empties
+   * (docs/write-log.md "Zones").  The zones are reset: their data goes
+   * even if the log failed. */
+  const int lr = r == 0 && d->wlog ? s4k_wlog_zone_op (d->wlog, op, zone_lba,
+                                                       all) : 0;
   for (int i = 0; r == 0 && i < n; i++) {
     const struct s4k_zone_desc *z = &desc[i];
     if (z->type == S4K_ZT_CONVENTIONAL || z->wp == UINT64_MAX ||
@@ -287,5 +294,5 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
    * the pointer at the start with them. */
   if (r == 0 && d->fault)
     r = zone_sync (d, op, zone_lba, all);
-  return r;
+  return r ? r : lr;
 }

@@ -19,6 +19,10 @@
 /* ATA status and error bits (ACS-4 6.2, 6.3). */
 enum { ATA_ERR = 0x01, ATA_DRDY = 0x40, ATA_DSC = 0x10, ATA_ABRT = 0x04 };
 #define ATA_OK (ATA_DRDY | ATA_DSC)
+/* Blocks of LBA range entries one DATA SET MANAGEMENT takes (IDENTIFY
+ * word 105): 8 x 64 ranges, twice UNMAP's 256 descriptors, as many
+ * drives report. */
+#define ATA_DSM_BLOCKS 8u
 
 /* The logs: the IDENTIFY DEVICE data log has pages 00h (list), 01h (copy
  * of IDENTIFY DEVICE) and 02h (capacity and sector sizes). */
@@ -121,6 +125,7 @@ s4k_scsi_ata_identify (const struct s4k_scsi_params *p, uint16_t id[256])
   }
   id[119] = 0x4008;             /* READ LOG DMA EXT */
   id[120] = 0x4008;
+  id[105] = ATA_DSM_BLOCKS;      /* DATA SET MANAGEMENT: blocks of ranges */
   id[169] = 0x0001;             /* TRIM */
   /* Alignment (ACS-4 7.12.7.64): bit 14 valid, bits 13:0 where LBA 0
    * lies in its physical sector. */
@@ -420,17 +425,68 @@ read_log (const struct s4k_scsi_lun *lun, uint8_t log, uint32_t page,
 }
 
 /* The protocols (SAT-4 12.2.2.3) the layer takes: non-data, PIO and DMA
- * in either direction. */
+ * in either direction (DMA's is T_DIR's: hdparm sends DATA SET
+ * MANAGEMENT as DMA with T_DIR 0). */
 enum dir { DIR_BAD, DIR_NONE, DIR_IN, DIR_OUT };
 static enum dir
-protocol_dir (unsigned proto)
+protocol_dir (unsigned proto, bool t_dir)
 {
   switch (proto) {
   case 3: return DIR_NONE;
-  case 4: case 6: case 10: return DIR_IN;   /* PIO in, DMA, UDMA in */
+  case 4: case 10: return DIR_IN;           /* PIO in, UDMA in */
   case 5: case 11: return DIR_OUT;          /* PIO out, UDMA out */
+  case 6: return t_dir ? DIR_IN : DIR_OUT;  /* DMA */
   default: return DIR_BAD;  /* resets, diagnostics, NCQ, reserved */
   }
+}
+
+/* DATA SET MANAGEMENT with TRIM (ACS-4 7.5): COUNT blocks of 512 bytes
+ * of LBA range entries, 8 bytes each, little-endian: LBA in bits 47:0,
+ * logical sectors in 63:48, 0 for an unused entry.  One trim op per
+ * range, as UNMAP's descriptors.  Out of range, or a read-only LUN:
+ * ABORT, as a drive answers (ATA has no write protection). */
+static unsigned
+ata_trim (struct ctx *x, struct ata_regs *r, bool ck_cond)
+{
+  struct s4k_scsi_lun *lun = x->lun;
+  struct s4k_scsi_cmd *cmd = x->cmd;
+  const uint8_t *d = x->data;
+  if (!(r->features & 0x01) || r->count == 0 ||
+      r->count > ATA_DSM_BLOCKS || 512u * r->count > x->data_len ||
+      lun->p.readonly)
+    return ata_abort (cmd, r);
+  const size_t entries = 512u / 8 * r->count;
+  size_t nops = 0;
+  for (size_t i = 0; i < entries; i++) {
+    uint64_t e = 0;
+    for (int b = 7; b >= 0; b--)
+      e = e << 8 | d[8 * i + b];
+    const uint64_t lba = e & ((UINT64_C (1) << 48) - 1), cnt = e >> 48;
+    if (cnt && (lba >= lun->blocks || cnt > lun->blocks - lba))
+      return ata_abort (cmd, r);
+    nops += cnt != 0;
+  }
+  cmd->priv.kind = KIND_ATA;
+  cmd->priv.lba = r->lba;
+  cmd->priv.blocks = (uint64_t) r->count | (uint64_t) r->device << 16 |
+                     (uint64_t) r->ext << 24 | (uint64_t) ck_cond << 25;
+  if (nops == 0)
+    return scsi_ata_done (cmd);
+  struct s4k_scsi_op *ops = scsi_ops_alloc (cmd, nops);
+  if (!ops)
+    return scsi_no_memory (cmd);
+  for (size_t i = 0, k = 0; i < entries; i++) {
+    uint64_t e = 0;
+    for (int b = 7; b >= 0; b--)
+      e = e << 8 | d[8 * i + b];
+    if (!(e >> 48))
+      continue;
+    ops[k].kind = S4K_SCSI_OP_TRIM;
+    ops[k].off = (e & ((UINT64_C (1) << 48) - 1)) << lun->lshift;
+    ops[k].len = (e >> 48) << lun->lshift;
+    k++;
+  }
+  return cmd->nops;
 }
 
 unsigned
@@ -463,7 +519,7 @@ scsi_cmd_ata_passthru (struct ctx *x)
   const bool ck_cond = c[2] & 0x20, t_dir = c[2] & 0x08,
              byte_block = c[2] & 0x04, t_type = c[2] & 0x10;
   const unsigned t_length = c[2] & 0x03;
-  const enum dir dir = protocol_dir (proto);
+  const enum dir dir = protocol_dir (proto, t_dir);
   if (dir == DIR_BAD)
     return scsi_bad_cdb (cmd, 1, 4);
   /* T_LENGTH says whether data moves and T_DIR which way: both must
@@ -504,6 +560,9 @@ scsi_cmd_ata_passthru (struct ctx *x)
   case 0xe7: case 0xea:         /* FLUSH CACHE, FLUSH CACHE EXT */
   case 0xb2:                    /* SET SECTOR CONFIGURATION EXT */
     need = DIR_NONE;
+    break;
+  case 0x06:                    /* DATA SET MANAGEMENT */
+    need = DIR_OUT;
     break;
   default:
     return ata_abort (cmd, &r);
@@ -571,6 +630,8 @@ scsi_cmd_ata_passthru (struct ctx *x)
     cmd->priv.ata_ck = 1 | ck_cond << 1;
     return scsi_format_start (x, L);
   }
+  case 0x06:
+    return ata_trim (x, &r, ck_cond);
   case 0xe7: case 0xea:
     /* The registers wait for the flush (scsi_ata_done). */
     cmd->priv.kind = KIND_ATA;

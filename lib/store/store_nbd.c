@@ -237,7 +237,10 @@ reap_idle (struct nbd_store *u, bool all)
 
 /* ---- the upstream down, and the prober -------------------------------- */
 
-#define PROBE_GAP 200000000u    /* ns between tries refused at once */
+/* ns between tries refused at once: doubling from the first to the last,
+ * so an upstream gone for good costs a try every 2 s, not 5 a second. */
+#define PROBE_GAP_FIRST 200000000u
+#define PROBE_GAP_LAST 2000000000u
 
 /* The prober's connection, if it is not needed as the pool's. */
 static void
@@ -266,9 +269,11 @@ static void *
 prober (void *arg)
 {
   struct nbd_store *u = arg;
+  uint64_t gap = PROBE_GAP_FIRST;
   pthread_mutex_lock (&u->probe_lock);
   while (!u->closing) {
     if (!up_down (u)) {
+      gap = PROBE_GAP_FIRST;
       pthread_cond_wait (&u->probe_cond, &u->probe_lock);
       continue;
     }
@@ -291,9 +296,10 @@ prober (void *arg)
     }
     else if (!h && !silent && !u->closing) {
       /* Refused, or hung up, at once: not there yet. */
-      const uint64_t at = t0 + PROBE_GAP;
+      const uint64_t at = t0 + gap;
       struct timespec ts = { at / 1000000000u, at % 1000000000u };
       pthread_cond_timedwait (&u->probe_cond, &u->probe_lock, &ts);
+      gap = gap * 2 < PROBE_GAP_LAST ? gap * 2 : PROBE_GAP_LAST;
     }
   }
   pthread_mutex_unlock (&u->probe_lock);

@@ -11,6 +11,7 @@
 
 #include "sect4k/scsi.h"          /* the sense keys */
 #include "sect4k/zone.h"
+#include "zone_priv.h"
 
 /* ---- keys -------------------------------------------------------------- */
 
@@ -64,6 +65,13 @@ s4k_zone_set (struct s4k_zone_config *c, const char *key, const char *value,
       return -1;
     }
   }
+  else if (strcmp (key, "zone-reformat") == 0) {
+    if (s4k_parse_bool (value, &c->reformat) == -1) {
+      snprintf (err, errlen, "zone-reformat=%s: not a boolean (true/false, "
+                "on/off, yes/no, 1/0)", value);
+      return -1;
+    }
+  }
   else if (strcmp (key, "zone-size") == 0) {
     uint64_t v;
     if (s4k_parse_size (value, &v) == -1 || !pow2 (v)) {
@@ -80,6 +88,7 @@ s4k_zone_set (struct s4k_zone_config *c, const char *key, const char *value,
     c->first_key = strcmp (key, "zone-size") == 0 ? "zone-size"
                  : strcmp (key, "zone-conventional") == 0 ? "zone-conventional"
                  : strcmp (key, "zone-max-open") == 0 ? "zone-max-open"
+                 : strcmp (key, "zone-reformat") == 0 ? "zone-reformat"
                  : "zone-max-active";
     snprintf (c->first_value, sizeof c->first_value, "%s", value);
   }
@@ -218,24 +227,6 @@ s4k_zone_strerror (int err)
 
 /* ---- the state machine ------------------------------------------------- */
 
-struct zone {
-  uint64_t start, len, wp;      /* LBAs; wp is start + len when FULL */
-  uint8_t type, cond;
-  bool non_seq;
-  bool mark;                    /* OPEN ALL: closed when it began */
-};
-
-/* One mutex for the whole table: a write to one zone can close another
- * (the open limit), so the counts and every condition change together. */
-struct s4k_zones {
-  pthread_mutex_t lock;
-  struct s4k_zones_info info;
-  unsigned shift;               /* log2 zone_lbas */
-  uint64_t pblk;                /* logical blocks per physical block */
-  uint32_t imp_open, exp_open, closed;
-  struct zone *z;
-};
-
 int
 s4k_zones_new (struct s4k_zones **out, const struct s4k_zone_config *c,
                const struct s4k_geometry *g)
@@ -255,6 +246,7 @@ s4k_zones_new (struct s4k_zones **out, const struct s4k_zone_config *c,
   z->info.max_open = c->max_open;
   z->info.max_active = c->max_active;
   z->pblk = g->physical / g->logical;
+  z->logical = g->logical;
   z->z = calloc (z->info.nr_zones, sizeof *z->z);
   if (!z->z) {
     free (z);
@@ -334,6 +326,7 @@ enter (struct s4k_zones *z, struct zone *zn, uint8_t cond)
 {
   leave (z, zn);
   zn->cond = cond;
+  zone_touch (z, zn);
   if (cond == S4K_ZC_IMP_OPEN)
     z->imp_open++;
   else if (cond == S4K_ZC_EXP_OPEN)
@@ -417,6 +410,7 @@ write_aware (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
         enter (z, zn, S4K_ZC_IMP_OPEN);
       if (e > zn->wp)
         zn->wp = e;
+      zone_touch (z, zn);
       if (zn->wp == zend && zn->cond != S4K_ZC_FULL)
         set_full (z, zn);
     }
@@ -462,6 +456,7 @@ write_managed (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
     enter (z, zn, S4K_ZC_IMP_OPEN);
   }
   zn->wp = end;
+  zone_touch (z, zn);
   if (end == zn->start + zn->len)
     set_full (z, zn);
   return 0;
@@ -477,7 +472,7 @@ s4k_zones_write (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
   pthread_mutex_lock (&z->lock);
   int r = z->info.model == S4K_ZONED_HOST_MANAGED
           ? write_managed (z, lba, nlba) : write_aware (z, lba, nlba);
-  pthread_mutex_unlock (&z->lock);
+  zone_unlock (z);
   return r;
 }
 
@@ -496,6 +491,7 @@ s4k_zones_rewind (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
       lba >= zn->start &&
       (is_open (zn) || zn->cond == S4K_ZC_FULL)) {
     zn->wp = lba;
+    zone_touch (z, zn);
     if (zn->cond == S4K_ZC_FULL) {
       /* It was open (implicitly, or explicitly: not known here) while
        * the write ran: open again if the limit allows, else closed. */
@@ -511,7 +507,7 @@ s4k_zones_rewind (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
       enter (z, zn, S4K_ZC_EMPTY);
     moved = true;
   }
-  pthread_mutex_unlock (&z->lock);
+  zone_unlock (z);
   return moved;
 }
 
@@ -648,7 +644,7 @@ s4k_zones_op (struct s4k_zones *z, enum s4k_zone_op op, uint64_t zone_lba,
     case S4K_ZOP_RESET: reset_one (z, zn); break;
     }
  out:
-  pthread_mutex_unlock (&z->lock);
+  zone_unlock (z);
   return r;
 }
 
@@ -732,11 +728,12 @@ s4k_zones_set_cond (struct s4k_zones *z, uint64_t zone_lba,
       zn->cond = cond;
       zn->wp = zn->start;
       zn->non_seq = false;
+      zone_touch (z, zn);
     }
   }
   else
     enter (z, zn, cond);
-  pthread_mutex_unlock (&z->lock);
+  zone_unlock (z);
   return r;
 }
 
@@ -766,7 +763,7 @@ s4k_zones_cut_wp (struct s4k_zones *z, uint64_t zone_lba, uint64_t wp)
     enter (z, zn, wp == zn->start ? S4K_ZC_EMPTY
                   : wp == zn->start + zn->len ? S4K_ZC_FULL : S4K_ZC_CLOSED);
   }
-  pthread_mutex_unlock (&z->lock);
+  zone_unlock (z);              /* on record with file= */
   return r;
 }
 
@@ -776,7 +773,7 @@ s4k_zones_power_loss (struct s4k_zones *z)
   pthread_mutex_lock (&z->lock);
   for (uint32_t i = z->info.conventional; i < z->info.nr_zones; i++)
     close_zone (z, &z->z[i]);
-  pthread_mutex_unlock (&z->lock);
+  zone_unlock (z);
 }
 
 void

@@ -72,15 +72,35 @@ struct wr {
                                            done, as the fault layer does */
   bool atomic;                          /* S4K_WLOG_ATOMIC: kept or dropped
                                            whole, never torn */
+  int64_t zone;                         /* its sequential write required
+                                           zone (host-managed), or -1 */
+  uint64_t settled;                     /* the entry that made it durable
+                                           without a flush (a later FUA
+                                           write, zero, reset or finish in
+                                           its zone), or UINT64_MAX */
 };
 extern struct wr *writes;
 
 /* A crash point: the crash comes before log entry `before`, when writes
- * [0, nw) were done and [0, f) were flushed. */
+ * [0, nw) were done and [0, f) were flushed; gen counts the zone
+ * settlements before it. */
 struct cp {
   uint64_t before;
   size_t f, nw;
+  unsigned gen;
 };
+/* Write w (done before crash point c) is durable there. */
+static inline bool
+durable_at (const struct wr *w, const struct cp *c)
+{
+  return w->durable_early || w->settled < c->before;
+}
+/* The log's zones (its layout entry, docs/write-log.md "Zones"):
+ * host-managed only; sequential zones from byte zone_seq_start. */
+extern bool zoned;
+extern uint64_t zone_bytes, zone_seq_start;
+/* The sequential write required zone of byte off, or -1. */
+int64_t zone_of (uint64_t off);
 extern struct cp *cps;
 extern size_t ncps;
 extern uint64_t log_entries;
@@ -150,6 +170,23 @@ struct tsec {
   unsigned nxb;
 };
 
+/* The volatile writes of one sequential write required zone, in log
+ * (acknowledged) order: a state keeps a prefix of them (p). */
+struct zgroup {
+  int64_t zone;
+  size_t *v;                    /* indices into vol */
+  size_t n, p;
+};
+
+/* What the enumeration varies once the kept set is built: one sector's
+ * outcome (a sector outside the sequential zones), or the cut in a
+ * zone's last kept write (group g: its sectors t[t0, t0 + nt)). */
+struct digit {
+  size_t t0, nt;
+  int64_t g;                    /* -1: one sector */
+  uint64_t n;                   /* its values */
+};
+
 struct state {
   size_t cpi;
   size_t *vol;                  /* the crash point's volatile writes */
@@ -157,12 +194,23 @@ struct state {
   uint64_t *kept;               /* bitset over vol */
   struct tsec *t;
   size_t nt, tcap;
+  size_t *freev, nfree;         /* vol indices outside sequential zones */
+  struct zgroup *zg;
+  size_t nzg;
+  struct digit *dg;
+  size_t ndg;
 };
 
 bool bit (const uint64_t *b, size_t i);
 size_t bitwords (size_t n);
 void state_set_cp (struct state *st, size_t cpi);
 void state_build (struct state *st);
+uint64_t n_kept_sets (const struct state *st);
+void kept_set_at (struct state *st, uint64_t idx);
+void kept_set_random (struct state *st, uint64_t *x, bool all);
+void state_digits (struct state *st);
+void digit_set (struct state *st, const struct digit *d, uint64_t x);
+const char *zone_check (struct state *st);
 uint64_t n_outcomes (const struct tsec *t);
 struct outcome outcome_at (const struct tsec *t, uint64_t i);
 bool base_allowed (const struct tsec *t, unsigned b);

@@ -86,8 +86,8 @@ static uint64_t
 count_outcomes (void)
 {
   uint64_t n = 1;
-  for (size_t i = 0; i < cur.nt; i++) {
-    uint64_t k = n_outcomes (&cur.t[i]);
+  for (size_t i = 0; i < cur.ndg; i++) {
+    uint64_t k = cur.dg[i].n;
     n = n > UINT64_MAX / k ? UINT64_MAX : n * k;
   }
   return n;
@@ -96,7 +96,10 @@ count_outcomes (void)
 #define EXHAUSTIVE_MAX_WRITES 20
 
 /* Every state of the crash point, if at most the limit, else seeded
- * samples.  Either way in a fixed order. */
+ * samples.  Either way in a fixed order: kept sets (kept_set_at: free
+ * writes' subsets, then each sequential zone's prefix), and for each the
+ * digits (state_digits: each free sector's outcome, each zone's cut) in
+ * radix order. */
 void
 explore_cp (size_t cpi)
 {
@@ -104,12 +107,15 @@ explore_cp (size_t cpi)
   enter_cp (&cps[cpi]);
   state_set_cp (&cur, cpi);
   const size_t m = cur.nvol;
-  bool exhaustive = m <= EXHAUSTIVE_MAX_WRITES;
+  const uint64_t nsets = n_kept_sets (&cur);
+  bool exhaustive = cur.nfree <= EXHAUSTIVE_MAX_WRITES &&
+                    nsets <= 1ULL << EXHAUSTIVE_MAX_WRITES;
   uint64_t total = 0;
   if (exhaustive) {
-    for (uint64_t s = 0; s < (1ULL << m) && total != UINT64_MAX; s++) {
-      cur.kept[0] = s;
+    for (uint64_t s = 0; s < nsets && total != UINT64_MAX; s++) {
+      kept_set_at (&cur, s);
       state_build (&cur);
+      state_digits (&cur);
       uint64_t n = count_outcomes ();
       total = total > UINT64_MAX - n ? UINT64_MAX : total + n;
       if (states_limit && total > states_limit)
@@ -122,19 +128,19 @@ explore_cp (size_t cpi)
     die ("crash point %zu: %zu unflushed writes and their outcomes are too "
          "many for --states all; give a number", cpi, m);
   if (exhaustive) {
-    for (uint64_t s = 0; s < (1ULL << m); s++) {
-      memset (cur.kept, 0, bitwords (m) * 8);
-      cur.kept[0] = s;
+    for (uint64_t s = 0; s < nsets; s++) {
+      kept_set_at (&cur, s);
       state_build (&cur);
-      uint64_t *radix = xcalloc (cur.nt + 1, 8);
+      state_digits (&cur);
+      uint64_t *radix = xcalloc (cur.ndg + 1, 8);
       for (;;) {
-        for (size_t i = 0; i < cur.nt; i++)
-          cur.t[i].o = outcome_at (&cur.t[i], radix[i]);
+        for (size_t i = 0; i < cur.ndg; i++)
+          digit_set (&cur, &cur.dg[i], radix[i]);
         state_images (&cur);
         if (hset_add (&seen, state_hash (&cur)))
           check_state ();
-        size_t i = cur.nt;
-        while (i > 0 && ++radix[i - 1] == n_outcomes (&cur.t[i - 1]))
+        size_t i = cur.ndg;
+        while (i > 0 && ++radix[i - 1] == cur.dg[i - 1].n)
           radix[--i] = 0;
         if (i == 0)
           break;
@@ -147,18 +153,17 @@ explore_cp (size_t cpi)
     uint64_t got = 0;
     for (uint64_t attempt = 0; got < states_limit &&
          attempt < 8 * states_limit; attempt++) {
-      memset (cur.kept, 0, bitwords (m) * 8);
       /* First nothing kept, then everything kept whole, then random. */
-      for (size_t v = 0; v < m && attempt > 0; v++) {
-        x = mix64 (x);
-        if (attempt == 1 || x >> 63)
-          cur.kept[v / 64] |= 1ULL << (v % 64);
-      }
+      if (attempt == 0)
+        kept_set_at (&cur, 0);
+      else
+        kept_set_random (&cur, &x, attempt == 1);
       state_build (&cur);
-      for (size_t i = 0; i < cur.nt; i++) {
+      state_digits (&cur);
+      for (size_t i = 0; i < cur.ndg; i++) {
         x = mix64 (x);
-        uint64_t n = n_outcomes (&cur.t[i]);
-        cur.t[i].o = outcome_at (&cur.t[i], attempt <= 1 ? 0 : x % n);
+        digit_set (&cur, &cur.dg[i],
+                   attempt <= 1 ? 0 : x % cur.dg[i].n);
       }
       state_images (&cur);
       if (hset_add (&seen, state_hash (&cur))) {
@@ -169,4 +174,3 @@ explore_cp (size_t cpi)
   }
   free (seen.v);
 }
-

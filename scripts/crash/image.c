@@ -164,7 +164,7 @@ enter_cp (const struct cp *c)
     apply_to_map (&flushed, &writes[flushed_upto], read_base);
   map_clear (&cpmap);
   for (size_t i = c->f; i < c->nw; i++)
-    if (writes[i].durable_early)
+    if (durable_at (&writes[i], c))
       apply_to_map (&cpmap, &writes[i], read_flushed);
 }
 

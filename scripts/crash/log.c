@@ -2,6 +2,7 @@
 /* sect4k-crash: the geometry and the log: its writes and crash points
  * (the files: crash.h). */
 #include "crash.h"
+#include "sect4k/zone.h"
 
 struct s4k_geometry g;
 uint32_t L, P;
@@ -12,20 +13,77 @@ sector_range (uint64_t k, uint64_t *s, uint64_t *e)
   s4k_sector_range (&g, k, s, e);
 }
 
-/* ---- the log ----------------------------------------------------------- */
-
 struct wr *writes;
 static size_t nwrites;
 struct cp *cps;
 size_t ncps;
 uint64_t log_entries;
 
-static size_t
-volatile_writes (size_t f, size_t nw)
+/* ---- zones -------------------------------------------------------------- */
+
+bool zoned;
+uint64_t zone_bytes, zone_seq_start;
+
+int64_t
+zone_of (uint64_t off)
+{
+  return zoned && off >= zone_seq_start ? (int64_t) (off / zone_bytes) : -1;
+}
+
+/* The log's zone layout, checked against the geometry as the keys are.
+ * Host-aware zones take writes anywhere: sect4k-crash treats them as
+ * conventional. */
+static void
+read_zones (void)
+{
+  struct s4k_zone_config z = s4k_wlog_info (reader)->zone;
+  char err[256];
+  if (z.model == S4K_ZONED_NONE)
+    return;
+  if (s4k_zone_finish (&z, &g, err, sizeof err) == -1)
+    die ("%s: the log's zone layout does not fit the geometry: %s",
+         log_path, err);
+  if (z.model != S4K_ZONED_HOST_MANAGED)
+    return;
+  zoned = true;
+  zone_bytes = z.size;
+  zone_seq_start = (uint64_t) z.conventional * z.size;
+}
+
+/* The volatile writes of sequential zones since the last flush, not yet
+ * settled: a FUA write, zero, reset or finish in their zone settles them
+ * (a drive writes a zone in order: what it made durable there has every
+ * earlier write of the zone under it). */
+static size_t *pend, npend;
+static unsigned gen;
+
+/* Settles the pending writes of zone z (-2: every zone) at entry e;
+ * true if there were any. */
+static bool
+settle (int64_t z, uint64_t e)
 {
   size_t n = 0;
-  for (size_t i = f; i < nw; i++)
-    n += !writes[i].durable_early;
+  for (size_t i = 0; i < npend; i++) {
+    struct wr *w = &writes[pend[i]];
+    if (z == -2 || w->zone == z)
+      w->settled = e;
+    else
+      pend[n++] = pend[i];
+  }
+  bool any = n != npend;
+  npend = n;
+  gen += any;
+  return any;
+}
+
+/* ---- the log ----------------------------------------------------------- */
+
+static size_t
+volatile_writes (const struct cp *c)
+{
+  size_t n = 0;
+  for (size_t i = c->f; i < c->nw; i++)
+    n += !durable_at (&writes[i], c);
   return n;
 }
 
@@ -35,13 +93,13 @@ add_cp (uint64_t before, size_t f, size_t nw)
   /* Nothing changed since the last one (a flush with nothing unflushed
    * before it, e.g. the one a front end sends when a client leaves, adds
    * no state): front ends that flush differently give the same states. */
+  const struct cp c = { before, f, nw, gen };
   if (ncps && cps[ncps - 1].nw == nw &&
-      (cps[ncps - 1].f == f ||
-       (volatile_writes (cps[ncps - 1].f, nw) == 0 &&
-        volatile_writes (f, nw) == 0)))
+      ((cps[ncps - 1].f == f && cps[ncps - 1].gen == gen) ||
+       (volatile_writes (&cps[ncps - 1]) == 0 && volatile_writes (&c) == 0)))
     return;
   cps = xrealloc (cps, (ncps + 1) * sizeof *cps);
-  cps[ncps++] = (struct cp) { before, f, nw };
+  cps[ncps++] = c;
 }
 
 static void
@@ -70,24 +128,51 @@ add_write (const struct s4k_wlog_entry *e, bool trim, bool durable)
   uint64_t mid = head ? e1 : e->off, mid_end = tail ? sn : end;
   if (mid_end < mid)
     mid_end = mid;
+  /* A sequential write required zone takes writes inside it, at its
+   * write pointer (so never over a write it has not made durable). */
+  const int64_t z = zone_of (e->off);
+  if (z >= 0 || zone_of (end - 1) >= 0) {
+    if (zone_of (end - 1) != z)
+      die ("%s: entry %" PRIu64 ": bytes [%" PRIu64 ", %" PRIu64 ") cross "
+           "a sequential zone's boundary (zones of %" PRIu64 " bytes): a "
+           "host-managed drive takes no such write", log_path, e->index,
+           e->off, end, zone_bytes);
+    for (size_t i = 0; i < npend && !durable; i++) {
+      const struct wr *w = &writes[pend[i]];
+      if (w->zone == z && w->off < end && e->off < w->off + w->len)
+        die ("%s: entry %" PRIu64 ": bytes [%" PRIu64 ", %" PRIu64 ") "
+             "write over entry %" PRIu64 " in sequential zone %" PRId64
+             " before a flush, reset or FUA write made it durable: a "
+             "host-managed drive writes a zone at its write pointer only",
+             log_path, e->index, e->off, end, w->entry, z);
+    }
+  }
   struct wr piece[3];
   size_t n = 0;
   const unsigned char *d = trim ? NULL : e->data;
   if (head) {
     const uint64_t he = end < e1 ? end : e1;
     piece[n++] = (struct wr) { e->index, e->off, he - e->off, d, false,
-                               false };
+                               false, z, UINT64_MAX };
   }
   if (mid < mid_end)
     piece[n++] = (struct wr) { e->index, mid, mid_end - mid,
                                d ? d + (mid - e->off) : NULL, durable,
-                               e->flags & S4K_WLOG_ATOMIC };
+                               e->flags & S4K_WLOG_ATOMIC, z, UINT64_MAX };
   if (tail)
     piece[n++] = (struct wr) { e->index, sn, end - sn, d + (sn - e->off),
-                               false, false };
+                               false, false, z, UINT64_MAX };
   writes = xrealloc (writes, (nwrites + n) * sizeof *writes);
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
+    if (z >= 0 && !piece[i].durable_early) {
+      pend = xrealloc (pend, (npend + 1) * sizeof *pend);
+      pend[npend++] = nwrites;
+    }
     writes[nwrites++] = piece[i];
+  }
+  /* Durable at once: with every earlier write of its zone. */
+  if (z >= 0 && durable)
+    settle (z, e->index);
 }
 
 struct s4k_wlog_reader *reader;
@@ -100,13 +185,27 @@ read_log (void)
   bool found_mark = false;
   struct s4k_wlog_entry e;
   int r;
+  read_zones ();
   while ((r = s4k_wlog_next (reader, &e, err, sizeof err)) == 1) {
     log_entries = e.index + 1;
     if (e.flags & S4K_WLOG_MARK) {
-      if (until_mark && !e.geometry &&
+      if (until_mark && !e.geometry && !e.zones &&
           strcmp (e.mark, until_mark) == 0) {
         found_mark = true;
         break;
+      }
+      /* A reset or finish makes its zone durable: a crash point before
+       * it if it settles anything.  Open and close change nothing. */
+      if (zoned && (e.zone_op == S4K_ZOP_RESET ||
+                    e.zone_op == S4K_ZOP_FINISH)) {
+        const int64_t z = e.zone_all ? -2 : zone_of (e.zone_lba * L);
+        bool any = false;
+        for (size_t i = 0; i < npend && !any; i++)
+          any = z == -2 || writes[pend[i]].zone == z;
+        if (any) {
+          add_cp (e.index, f, nwrites);
+          settle (z, e.index);
+        }
       }
       continue;
     }
@@ -117,6 +216,7 @@ read_log (void)
     if (e.flags & S4K_WLOG_FLUSH) {
       add_cp (e.index, f, nwrites);
       f = nwrites;
+      npend = 0;
     }
     if (e.len) {
       const bool durable = zero || (e.flags & S4K_WLOG_FUA);

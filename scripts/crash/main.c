@@ -381,8 +381,12 @@ main (int argc, char **argv)
     }
   }
   printf (PROG ": %s, geometry logical=%" PRIu32 " physical=%" PRIu32
-          " alignment-offset=%" PRIu32 ", torn=%s: %zu crash points, %"
-          PRIu64 " states in %.1fs", log_path, L, P, g.alignment,
+          " alignment-offset=%" PRIu32, log_path, L, P, g.alignment);
+  /* The prefix rule applies: say so. */
+  if (zoned)
+    printf (", host-managed zones of %" PRIu64 " bytes (sequential from "
+            "LBA %" PRIu64 ")", zone_bytes, zone_seq_start / L);
+  printf (", torn=%s: %zu crash points, %" PRIu64 " states in %.1fs",
           torn_names[torn], ncps, tally.states, secs);
   if (checker)
     printf (": %" PRIu64 " checked (%" PRIu64 " consistent, %" PRIu64

@@ -83,8 +83,12 @@ state_parse (struct state *st, const char *id)
   state_build (st);
   const char *o = he + 1;
   size_t ti = 0;
-  if (strcmp (o, "0") == 0 && st->nt == 0)
+  const char *why;
+  if (strcmp (o, "0") == 0 && st->nt == 0) {
+    if ((why = zone_check (st)))
+      die ("--state %s: %s", id, why);
     return;
+  }
   while (*o) {
     const char *p = strchr (outcome_char, *o);
     if (!p || !*o)
@@ -151,5 +155,8 @@ state_parse (struct state *st, const char *id)
   if (ti != st->nt)
     die ("--state %s: %zu outcomes for the %zu physical sectors the kept "
          "writes touch", id, ti, st->nt);
+  /* A zoned log: a prefix of each sequential zone's writes. */
+  if ((why = zone_check (st)))
+    die ("--state %s: %s", id, why);
 }
 

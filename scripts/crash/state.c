@@ -34,10 +34,95 @@ state_set_cp (struct state *st, size_t cpi)
   st->nvol = 0;
   st->vol = xrealloc (st->vol, (c->nw - c->f + 1) * sizeof *st->vol);
   for (size_t i = c->f; i < c->nw; i++)
-    if (!writes[i].durable_early)
+    if (!durable_at (&writes[i], c))
       st->vol[st->nvol++] = i;
   st->kept = xrealloc (st->kept, bitwords (st->nvol) * 8);
   memset (st->kept, 0, bitwords (st->nvol) * 8);
+  /* The writes outside sequential zones, and each zone's in log order. */
+  for (size_t g = 0; g < st->nzg; g++)
+    free (st->zg[g].v);
+  st->nfree = st->nzg = 0;
+  st->freev = xrealloc (st->freev, (st->nvol + 1) * sizeof *st->freev);
+  st->zg = xrealloc (st->zg, (st->nvol + 1) * sizeof *st->zg);
+  for (size_t v = 0; v < st->nvol; v++) {
+    const int64_t z = writes[st->vol[v]].zone;
+    if (z < 0) {
+      st->freev[st->nfree++] = v;
+      continue;
+    }
+    size_t g = 0;
+    while (g < st->nzg && st->zg[g].zone != z)
+      g++;
+    if (g == st->nzg)
+      st->zg[st->nzg++] = (struct zgroup) { z, NULL, 0, 0 };
+    struct zgroup *zg = &st->zg[g];
+    zg->v = xrealloc (zg->v, (zg->n + 1) * sizeof *zg->v);
+    zg->v[zg->n++] = v;
+  }
+}
+
+/* ---- kept sets: any subset of the writes outside sequential zones, a
+ * prefix of each zone's ------------------------------------------------- */
+
+static uint64_t
+sat_mul (uint64_t a, uint64_t b)
+{
+  return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+uint64_t
+n_kept_sets (const struct state *st)
+{
+  uint64_t n = st->nfree >= 64 ? UINT64_MAX : 1ULL << st->nfree;
+  for (size_t g = 0; g < st->nzg; g++)
+    n = sat_mul (n, st->zg[g].n + 1);
+  return n;
+}
+
+static void
+keep (struct state *st, size_t v)
+{
+  st->kept[v / 64] |= 1ULL << (v % 64);
+}
+
+/* The idx-th kept set: the free writes' subset in binary order (bit i:
+ * the i-th), then each zone's prefix length, the first zone varying
+ * fastest.  A log without sequential zones: subset idx of the writes. */
+void
+kept_set_at (struct state *st, uint64_t idx)
+{
+  memset (st->kept, 0, bitwords (st->nvol) * 8);
+  for (size_t i = 0; i < st->nfree; i++)
+    if (i < 64 && idx >> i & 1)
+      keep (st, st->freev[i]);
+  idx = st->nfree >= 64 ? 0 : idx >> st->nfree;
+  for (size_t g = 0; g < st->nzg; g++) {
+    struct zgroup *zg = &st->zg[g];
+    zg->p = idx % (zg->n + 1);
+    idx /= zg->n + 1;
+    for (size_t j = 0; j < zg->p; j++)
+      keep (st, zg->v[j]);
+  }
+}
+
+/* A seeded kept set: every write (all), or each free one with
+ * probability 1/2 and a prefix of each zone's of uniform length. */
+void
+kept_set_random (struct state *st, uint64_t *x, bool all)
+{
+  memset (st->kept, 0, bitwords (st->nvol) * 8);
+  for (size_t i = 0; i < st->nfree; i++) {
+    *x = mix64 (*x);
+    if (all || *x >> 63)
+      keep (st, st->freev[i]);
+  }
+  for (size_t g = 0; g < st->nzg; g++) {
+    struct zgroup *zg = &st->zg[g];
+    *x = mix64 (*x);
+    zg->p = all ? zg->n : *x % (zg->n + 1);
+    for (size_t j = 0; j < zg->p; j++)
+      keep (st, zg->v[j]);
+  }
 }
 
 static void
@@ -95,7 +180,7 @@ state_build (struct state *st)
    * epoch's durable-early ones and the kept ones. */
   bool *in = xcalloc (c->nw - c->f + 1, 1);
   for (size_t i = c->f; i < c->nw; i++)
-    in[i - c->f] = writes[i].durable_early;
+    in[i - c->f] = durable_at (&writes[i], c);
   for (size_t v = 0; v < st->nvol; v++)
     if (bit (st->kept, v))
       in[st->vol[v] - c->f] = true;
@@ -115,7 +200,7 @@ state_build (struct state *st)
      * tear it (dropping it whole is the kept set without it). */
     t->nk = t->amin = 0;
     for (size_t j = c->f; j < c->nw; j++)
-      if (in[j - c->f] && !writes[j].durable_early &&
+      if (in[j - c->f] && !durable_at (&writes[j], c) &&
           first_sector (&writes[j]) <= t->k &&
           last_sector (&writes[j]) >= t->k) {
         t->nk++;
@@ -131,7 +216,7 @@ state_build (struct state *st)
       for (size_t j = c->f; j < c->nw; j++)
         if (in[j - c->f] && first_sector (&writes[j]) <= t->k &&
             last_sector (&writes[j]) >= t->k &&
-            (writes[j].durable_early || rank++ < b))
+            (durable_at (&writes[j], c) || rank++ < b))
           apply (&writes[j], t->k, img);
     }
     memcpy (t->old, t->bases, e - s);
@@ -299,6 +384,147 @@ outcome_allowed (const struct tsec *t, struct outcome o)
   case O_ZERO: return torn == S4K_TORN_ZERO;
   }
   return false;
+}
+
+/* ---- digits: what varies once the kept set is built ------------------- */
+
+static bool
+in_zone (const struct tsec *t)
+{
+  uint64_t s, e;
+  sector_range (t->k, &s, &e);
+  return zone_of (s) >= 0;
+}
+
+static size_t
+tsec_index (const struct state *st, uint64_t k)
+{
+  size_t lo = 0, hi = st->nt;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (st->t[mid].k < k)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Outcomes of sector i of a zone's last kept write when the cut falls in
+ * it: all but kept (the next sector's cut) and, for its first sector,
+ * reverted (the prefix without the write). */
+static uint64_t
+cut_skip (const struct tsec *t, size_t i)
+{
+  return 1 + (i == 0 && t->amin == 0 && t->diff != 0);
+}
+
+static uint64_t
+cut_outcomes (const struct tsec *t, size_t i)
+{
+  const uint64_t n = n_outcomes (t), k = cut_skip (t, i);
+  return n > k ? n - k : 0;
+}
+
+/* The digits of the built state: each sector outside the sequential
+ * zones (its outcomes), and each zone's last kept write (where the cut
+ * falls in it, and that sector's outcome); the earlier kept writes of a
+ * zone are kept (state_build made them so). */
+void
+state_digits (struct state *st)
+{
+  st->dg = xrealloc (st->dg, (st->nt + st->nzg + 1) * sizeof *st->dg);
+  st->ndg = 0;
+  for (size_t i = 0; i < st->nt; i++)
+    if (!in_zone (&st->t[i]))
+      st->dg[st->ndg++] = (struct digit) { i, 1, -1, n_outcomes (&st->t[i]) };
+  for (size_t g = 0; g < st->nzg; g++) {
+    const struct zgroup *zg = &st->zg[g];
+    if (!zg->p)
+      continue;
+    const struct wr *w = &writes[st->vol[zg->v[zg->p - 1]]];
+    struct digit d = { tsec_index (st, first_sector (w)),
+                       last_sector (w) - first_sector (w) + 1, g, 1 };
+    for (size_t i = 0; i < d.nt; i++)
+      d.n += cut_outcomes (&st->t[d.t0 + i], i);
+    st->dg[st->ndg++] = d;
+  }
+}
+
+/* Sets the outcomes of digit d's sectors for its value x: a sector's
+ * outcome_at, or for a zone's last write 0 (kept whole) or the cut: the
+ * sectors before it kept, its sector's outcome, those after reverted. */
+void
+digit_set (struct state *st, const struct digit *d, uint64_t x)
+{
+  struct tsec *t = &st->t[d->t0];
+  if (d->g < 0) {
+    t->o = outcome_at (t, x);
+    return;
+  }
+  size_t cut = d->nt;
+  uint64_t o = 0;
+  if (x > 0) {
+    x--;
+    for (cut = 0; cut < d->nt; cut++) {
+      const uint64_t n = cut_outcomes (&t[cut], cut);
+      if (x < n) {
+        o = x + cut_skip (&t[cut], cut);
+        break;
+      }
+      x -= n;
+    }
+  }
+  for (size_t i = 0; i < d->nt; i++)
+    t[i].o = i < cut ? (struct outcome) { O_KEPT, 0, 0 }
+           : i == cut ? outcome_at (&t[i], o)
+           : (struct outcome) { O_REVERTED, 0, 0 };
+}
+
+/* A parsed state (kept set and outcomes) is one a zoned drive can be
+ * left in: NULL, or why not.  Sets each zone's prefix length. */
+const char *
+zone_check (struct state *st)
+{
+  static char why[256];
+  for (size_t g = 0; g < st->nzg; g++) {
+    struct zgroup *zg = &st->zg[g];
+    const uint64_t lba = (uint64_t) zg->zone * zone_bytes / L;
+    for (zg->p = 0; zg->p < zg->n && bit (st->kept, zg->v[zg->p]); zg->p++)
+      ;
+    for (size_t j = zg->p; j < zg->n; j++)
+      if (bit (st->kept, zg->v[j])) {
+        snprintf (why, sizeof why, "the sequential zone at LBA %" PRIu64
+                  " keeps write %zu without write %zu before it: a zone "
+                  "keeps a prefix of its writes", lba, zg->v[j],
+                  zg->v[zg->p]);
+        return why;
+      }
+    for (size_t j = 0; j < zg->p; j++) {
+      const struct wr *w = &writes[st->vol[zg->v[j]]];
+      const size_t t0 = tsec_index (st, first_sector (w));
+      const size_t nt = last_sector (w) - first_sector (w) + 1;
+      bool cut = false;
+      for (size_t i = 0; i < nt; i++) {
+        const struct tsec *t = &st->t[t0 + i];
+        /* Before the cut kept; the cut in the last kept write only (any
+         * outcome the policy allows: state_parse checked it); after it
+         * reverted to the durable image. */
+        const bool ok = cut ? t->o.kind == O_REVERTED && t->o.base == 0
+                        : t->o.kind == O_KEPT || j + 1 == zg->p;
+        if (!ok) {
+          snprintf (why, sizeof why, "physical sector %" PRIu64 " of the "
+                    "sequential zone at LBA %" PRIu64 " is %s: a zone's "
+                    "sectors are kept up to the cut, one sector is cut in "
+                    "its last kept write, the rest of it reverted", t->k, lba,
+                    outcome_names[t->o.kind]);
+          return why;
+        }
+        cut = cut || t->o.kind != O_KEPT;
+      }
+    }
+  }
+  return NULL;
 }
 
 uint64_t

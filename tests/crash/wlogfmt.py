@@ -15,7 +15,9 @@ ATOMIC = 1 << 18     # the device wrote it atomically: never torn
 
 class LogWriter:
     def __init__(self, path, size, logical, physical, alignment=0,
-                 geometry_entry=True, old_geometry=False):
+                 geometry_entry=True, old_geometry=False, zones=None):
+        """zones: (model, zone size in bytes, conventional zones): the
+        zone layout entry a zoned device's log has (entry 1)."""
         self.f = open(path, "wb")
         self.entries = 0
         self.f.write(b"\0" * SECTOR)
@@ -24,6 +26,15 @@ class LogWriter:
                       "alignment=%d export=" % (size, logical, physical,
                                                 alignment),
                       GEOMETRY if old_geometry else 0)
+        if zones:
+            self.mark("sect4k-zones zoned=%s zone-size=%d "
+                      "zone-conventional=%d" % zones)
+
+    def zone_op(self, op, lba=None):
+        """A zone operation's mark (lba None: the ALL form); a reset's
+        zeroes are the caller's to add, as the device logs them."""
+        self.mark("sect4k-zone %s %s" % (op, "all" if lba is None
+                                         else "lba=%d" % lba))
 
     def _entry(self, flags, off, length, data, name=b""):
         h = struct.pack("<QQQQ", off // SECTOR, length // SECTOR, flags,

@@ -53,8 +53,9 @@ bad "zoned=host-managed: NBD has no zone commands (a client would see a plain di
   size=64M zoned=host-managed zone-size=4M
 bad "zone-size=4M: needs zoned=host-managed or zoned=host-aware" size=64M zone-size=4M
 bad "zoned=smr: must be host-managed, host-aware or none" size=64M zoned=smr
-bad "zoned= and file=$tmpdir/z.img: zone state is not kept in the file yet" \
-  size=64M zoned=host-managed zone-size=4M file="$tmpdir/z.img"
+bad "zoned= and file=/dev/null: not a regular file (the zone state is kept beside the file, in FILE.sect4k-zones)" \
+  size=64M zoned=host-managed zone-size=4M file=/dev/null
+bad "zone-reformat=true: needs zoned=host-managed or zoned=host-aware" size=64M zone-reformat=true
 # The filter too (over nbdkit's memory plugin).
 filter=${SECT4K_FILTER:-$(dirname "$SECT4K_PLUGIN")/sect4k-filter.so}
 out=$(nbdkit_san --exit-with-parent -U - --filter="$filter" memory 64M \

@@ -36,13 +36,6 @@ static const struct geo geos[] = {
 };
 #define NGEOS (sizeof geos / sizeof geos[0])
 
-struct rig {
-  struct s4k_config c;
-  struct s4k_dev *d;
-  struct s4k_scsi_lun *lun;
-  struct s4k_scsi_params p;
-};
-
 static void
 counts_cb (void *opaque, uint64_t *bad, uint64_t *repaired)
 {
@@ -51,50 +44,24 @@ counts_cb (void *opaque, uint64_t *bad, uint64_t *repaired)
 
 /* Opens a LUN of geometry g with the extra keys; NULL-terminated. */
 static void
-rig_open (struct rig *t, const struct geo *g, const char *const *extra)
+rig_open (struct scsi_rig *t, const struct geo *g, const char *const *extra)
 {
-  char err[256];
-  const char *keys[16] = { "size=8M", "interface=sata" };
-  unsigned n = 2;
-  s4k_config_init (&t->c);
+  static const char *const base[] = { "size=8M", "interface=sata", NULL };
+  const char *keys[5] = { 0 };
   for (unsigned i = 0; i < 4 && g->keys[i]; i++)
-    keys[n++] = g->keys[i];
-  for (unsigned i = 0; extra && extra[i]; i++)
-    keys[n++] = extra[i];
-  for (unsigned i = 0; i < n; i++)
-    if (rig_set (&t->c, keys[i], err, sizeof err))
-      bail ("%s", err);
-  if (s4k_config_finish (&t->c, err, sizeof err))
-    bail ("%s", err);
-  if (s4k_dev_open (&t->d, &t->c, err, sizeof err))
-    bail ("%s", err);
-  s4k_scsi_params_from_config (&t->p, &t->c, s4k_dev_geometry (t->d),
-                               s4k_dev_max_request (t->d));
+    keys[i] = g->keys[i];
+  scsi_rig_config (t, base, keys, extra);
+  scsi_rig_dev (t);
   t->p.bad_counts = counts_cb;
   t->p.bad_opaque = t->d;
-  if (!(t->lun = s4k_scsi_lun_new (&t->p, err, sizeof err)))
-    bail ("%s", err);
+  scsi_rig_lun (t);
 }
 
 static void
-rig_close (struct rig *t)
-{
-  s4k_scsi_lun_free (t->lun);
-  s4k_dev_close (t->d);
-}
-
-static uint8_t
-run (struct rig *t, const uint8_t *cdb, size_t len, void *data,
-     size_t data_len)
-{
-  return scsi_run (t->lun, t->d, cdb, len, data, data_len);
-}
-
-static void
-clear_ua (struct rig *t)
+clear_ua (struct scsi_rig *t)
 {
   uint8_t tur[6] = { 0 };
-  run (t, tur, 6, NULL, 0);
+  scsi_rig_run (t, tur, 6, NULL, 0);
 }
 
 /* ATA PASS-THROUGH(16): protocol, flags byte, and the registers. */
@@ -224,7 +191,7 @@ static void
 test_identify (const struct geo *g, const char *const *extra,
                const char *what, bool wc, uint16_t rpm)
 {
-  struct rig t;
+  struct scsi_rig t;
   rig_open (&t, g, extra);
   clear_ua (&t);
   uint16_t id[256];
@@ -297,25 +264,25 @@ test_identify (const struct geo *g, const char *const *extra,
   }
   uint8_t buf[2048], c[16];
   uint8_t inq[6] = { 0x12, 0x01, 0x89, 0x02, 0x40, 0 };
-  ok (run (&t, inq, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
+  ok (scsi_rig_run (&t, inq, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
       last.data_in_len == 572 && buf[1] == 0x89 && buf[2] == 0x02 &&
       buf[3] == 0x38 && buf[36] == 0x34 && buf[56] == 0xec &&
       memcmp (buf + 60, img, 512) == 0,
       "%s: VPD 89h: 572 bytes, the image at byte 60", name);
   memset (buf, 0x55, sizeof buf);
   ata16 (c, PIO_IN, IN_BLOCKS, 0xec, 0, 1, 0, false);
-  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD &&
+  ok (scsi_rig_run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD &&
       last.data_in_len == 512 && memcmp (buf, img, 512) == 0,
       "%s: ATA PASS-THROUGH(16) IDENTIFY DEVICE: the image", name);
   uint8_t c12[12] = { 0xa1, PIO_IN << 1, IN_BLOCKS, 0, 1, 0, 0, 0, 0x40,
                       0xec, 0, 0 };
   memset (buf, 0x55, sizeof buf);
-  ok (run (&t, c12, 12, buf, 512) == S4K_SCSI_GOOD &&
+  ok (scsi_rig_run (&t, c12, 12, buf, 512) == S4K_SCSI_GOOD &&
       last.data_in_len == 512 && memcmp (buf, img, 512) == 0,
       "%s: ATA PASS-THROUGH(12) IDENTIFY DEVICE: the image", name);
   /* READ LOG EXT: log 30h pages 00h-02h. */
   ata16 (c, PIO_IN, IN_BLOCKS, 0x2f, 0, 3, 0x30, true);
-  ok (run (&t, c, 16, buf, 1536) == S4K_SCSI_GOOD &&
+  ok (scsi_rig_run (&t, c, 16, buf, 1536) == S4K_SCSI_GOOD &&
       last.data_in_len == 1536 && buf[8] == 3 && buf[9] == 0 &&
       buf[10] == 1 && buf[11] == 2 && memcmp (buf + 512, img, 512) == 0,
       "%s: READ LOG EXT 30h: pages 00h-02h listed, 01h the image", name);
@@ -334,13 +301,13 @@ test_identify (const struct geo *g, const char *const *extra,
       (q3 & 0xffffffff) == g->L / 2,
       "%s: log 30h page 02h: capacity, sector sizes as words 106/117/209",
       name);
-  rig_close (&t);
+  scsi_rig_close (&t);
 }
 
 static void
 test_commands (void)
 {
-  struct rig t;
+  struct scsi_rig t;
   const char *extra[] = { "bad-sectors=40", NULL };
   rig_open (&t, &geos[1], extra);       /* 512e */
   clear_ua (&t);
@@ -348,35 +315,35 @@ test_commands (void)
 
   /* General Purpose Log directory. */
   ata16 (c, 6, IN_BLOCKS, 0x47, 0, 1, 0, true);
-  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD && buf[0] == 1 &&
+  ok (scsi_rig_run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD && buf[0] == 1 &&
       buf[1] == 0 && buf[0x60] == 3,
       "READ LOG DMA EXT 00h: GPL version 1, log 30h has 3 pages");
   ata16 (c, 6, IN_BLOCKS, 0x47, 0, 1, 0x11, true);
-  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
+  ok (scsi_rig_run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
       ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04) &&
       last.data_in_len == 0,
       "READ LOG DMA EXT of a log it lacks: ABORT (ABORTED COMMAND, "
       "status 51h, error 04h)");
   ata16 (c, PIO_IN, IN_BLOCKS, 0x2f, 0, 1, 0x30 | 3 << 8, true);
-  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
+  ok (scsi_rig_run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
       ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04),
       "READ LOG EXT 30h page 03h (absent): ABORT");
 
   /* SMART: RETURN STATUS passes; attributes count the bad sector. */
   ata16 (c, NON_DATA, CK_COND, 0xb0, 0xda, 0, 0xc24f00, false);
-  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
+  ok (scsi_rig_run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
       ata_sense_is (0x01, 0x00, 0x1d, 0x50, 0) &&
       last.sense[8 + 9] == 0x4f && last.sense[8 + 11] == 0xc2,
       "SMART RETURN STATUS with CK_COND: RECOVERED ERROR, ATA PASS-THROUGH "
       "INFORMATION AVAILABLE, LBA 23:8 C24Fh (passed)");
   ata16 (c, NON_DATA, 0, 0xb0, 0xda, 0, 0xc24f00, false);
-  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_GOOD && last.sense_len == 0,
+  ok (scsi_rig_run (&t, c, 16, NULL, 0) == S4K_SCSI_GOOD && last.sense_len == 0,
       "SMART RETURN STATUS without CK_COND: GOOD, no sense");
   uint8_t smart[512], thr[512];
   ata16 (c, PIO_IN, IN_BLOCKS, 0xb0, 0xd0, 1, 0xc24f00, false);
-  ok (run (&t, c, 16, smart, 512) == S4K_SCSI_GOOD, "SMART READ DATA");
+  ok (scsi_rig_run (&t, c, 16, smart, 512) == S4K_SCSI_GOOD, "SMART READ DATA");
   ata16 (c, PIO_IN, IN_BLOCKS, 0xb0, 0xd1, 1, 0xc24f00, false);
-  ok (run (&t, c, 16, thr, 512) == S4K_SCSI_GOOD,
+  ok (scsi_rig_run (&t, c, 16, thr, 512) == S4K_SCSI_GOOD,
       "SMART READ ATTRIBUTE THRESHOLDS");
   uint8_t s1 = 0, s2 = 0;
   for (int i = 0; i < 512; i++)
@@ -392,18 +359,18 @@ test_commands (void)
       s4k_dev_bad_add (t.d, 1000, 1023, err, sizeof err) == 0,
       "bad add 100, 1000-1023 (1 + 3 physical sectors)");
   ata16 (c, PIO_IN, IN_BLOCKS, 0xb0, 0xd0, 1, 0xc24f00, false);
-  run (&t, c, 16, smart, 512);
+  scsi_rig_run (&t, c, 16, smart, 512);
   ok (RAW (smart, 197) == 5 && RAW (smart, 198) == 5 && RAW (smart, 5) == 0,
       "SMART follows: 5 pending and uncorrectable");
   /* A whole-sector write repairs (reallocates) one. */
   uint8_t w10[10] = { 0x2a, 0, 0, 0, 0, 96, 0, 0, 8, 0 };
   memset (buf, 0xab, 4096);
-  ok (run (&t, w10, 10, buf, 4096) == S4K_SCSI_GOOD, "WRITE LBA 96-103");
-  run (&t, c, 16, smart, 512);
+  ok (scsi_rig_run (&t, w10, 10, buf, 4096) == S4K_SCSI_GOOD, "WRITE LBA 96-103");
+  scsi_rig_run (&t, c, 16, smart, 512);
   ok (RAW (smart, 197) == 4 && RAW (smart, 5) == 1 && VAL (smart, 5) == 99,
       "after the write: 4 pending, 1 reallocated (value 99)");
   ata16 (c, NON_DATA, CK_COND, 0xb0, 0xda, 0, 0xc24f00, false);
-  run (&t, c, 16, NULL, 0);
+  scsi_rig_run (&t, c, 16, NULL, 0);
   ok (last.sense[8 + 9] == 0x4f && last.sense[8 + 11] == 0xc2,
       "SMART RETURN STATUS still passes (value above threshold 10)");
   /* Ninety reallocations cross the threshold. */
@@ -412,80 +379,151 @@ test_commands (void)
     s4k_dev_bad_add (t.d, lba, lba, err, sizeof err);
     w10[2] = (uint8_t) (lba >> 24), w10[3] = (uint8_t) (lba >> 16);
     w10[4] = (uint8_t) (lba >> 8), w10[5] = (uint8_t) lba;
-    run (&t, w10, 10, buf, 4096);
+    scsi_rig_run (&t, w10, 10, buf, 4096);
   }
-  run (&t, c, 16, NULL, 0);
+  scsi_rig_run (&t, c, 16, NULL, 0);
   ok (last.sense[8 + 9] == 0xf4 && last.sense[8 + 11] == 0x2c,
       "90 reallocated: SMART RETURN STATUS F42Ch (threshold exceeded)");
   ata16 (c, NON_DATA, CK_COND, 0xb0, 0xda, 0, 0x000000, false);
-  run (&t, c, 16, NULL, 0);
+  scsi_rig_run (&t, c, 16, NULL, 0);
   ok (ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04),
       "SMART without the C24Fh key: ABORT");
   ata16 (c, PIO_IN, IN_BLOCKS, 0xb0, 0xd5, 1, 0xc24f30, false);
-  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD && buf[8] == 3,
+  ok (scsi_rig_run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD && buf[8] == 3,
       "SMART READ LOG 30h: page 00h");
 
   /* CHECK POWER MODE, FLUSH CACHE EXT. */
   ata16 (c, NON_DATA, CK_COND, 0xe5, 0, 0, 0, false);
-  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
+  ok (scsi_rig_run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
       ata_sense_is (0x01, 0, 0x1d, 0x50, 0) && last.sense[8 + 5] == 0xff,
       "CHECK POWER MODE: count FFh (active or idle)");
   ata16 (c, NON_DATA, 0, 0xea, 0, 0, 0, true);
-  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_GOOD && last_ops == 1,
+  ok (scsi_rig_run (&t, c, 16, NULL, 0) == S4K_SCSI_GOOD && last_ops == 1,
       "FLUSH CACHE EXT: one flush, GOOD");
   ata16 (c, NON_DATA, CK_COND, 0xea, 0, 0, 0, true);
-  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
+  ok (scsi_rig_run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
       last_ops == 1 && ata_sense_is (0x01, 0, 0x1d, 0x50, 0) &&
       (last.sense[8 + 2] & 1),
       "FLUSH CACHE EXT with CK_COND: flushed, the registers (EXTEND)");
   /* Any other ATA command: ABORT, as the drive. */
   ata16 (c, NON_DATA, 0, 0x00, 0, 0, 0, false);           /* NOP */
-  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
+  ok (scsi_rig_run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
       ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04) &&
       last_ops == 0, "NOP: ABORT");
   ata16 (c, 6, IN_BLOCKS, 0x25, 0, 1, 0, true);           /* READ DMA EXT */
-  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
+  ok (scsi_rig_run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
       ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04) &&
       last_ops == 0, "READ DMA EXT: ABORT");
 
   /* Bad fields: refused, nothing runs. */
   ata16 (c, 0, 0, 0xea, 0, 0, 0, true);                    /* hard reset */
-  run (&t, c, 16, NULL, 0);
+  scsi_rig_run (&t, c, 16, NULL, 0);
   ok (bad_field (1, 4), "protocol 0 (hard reset): INVALID FIELD IN CDB, "
       "byte 1 bit 4");
   ata16 (c, 12, IN_BLOCKS, 0xec, 0, 1, 0, false);          /* NCQ */
-  run (&t, c, 16, buf, 512);
+  scsi_rig_run (&t, c, 16, buf, 512);
   ok (bad_field (1, 4), "protocol 12 (FPDMA): refused");
   ata16 (c, PIO_IN, 0, 0xec, 0, 1, 0, false);             /* no T_LENGTH */
-  run (&t, c, 16, buf, 512);
+  scsi_rig_run (&t, c, 16, buf, 512);
   ok (bad_field (2, 1), "PIO data-in without T_LENGTH: refused, byte 2");
   ata16 (c, PIO_IN, 0x06, 0xec, 0, 1, 0, false);          /* T_DIR out */
-  run (&t, c, 16, buf, 512);
+  scsi_rig_run (&t, c, 16, buf, 512);
   ok (bad_field (2, 3), "PIO data-in with T_DIR to the device: refused");
   ata16 (c, NON_DATA, IN_BLOCKS, 0xea, 0, 0, 0, true);
-  run (&t, c, 16, buf, 512);
+  scsi_rig_run (&t, c, 16, buf, 512);
   ok (bad_field (2, 1), "non-data with a T_LENGTH: refused");
   ata16 (c, NON_DATA, 0, 0xec, 0, 0, 0, false);
-  run (&t, c, 16, NULL, 0);
+  scsi_rig_run (&t, c, 16, NULL, 0);
   ok (bad_field (1, 4), "IDENTIFY DEVICE as non-data: refused (protocol)");
   ata16 (c, PIO_IN, IN_BLOCKS, 0xec, 0, 1, 0, false);
   c[15] = 0x01;                                           /* control */
-  run (&t, c, 16, buf, 512);
+  scsi_rig_run (&t, c, 16, buf, 512);
   ok (bad_field (15, 0), "a bit in CONTROL: refused");
   uint8_t c12[12] = { 0xa1, PIO_IN << 1 | 1, IN_BLOCKS, 0, 1, 0, 0, 0, 0,
                       0xec, 0, 0 };
-  run (&t, c12, 12, buf, 512);
+  scsi_rig_run (&t, c12, 12, buf, 512);
   ok (bad_field (1, 0), "ATA PASS-THROUGH(12) with bit 0 of byte 1 "
       "(reserved): refused");
   c12[1] = PIO_IN << 1;
   c12[10] = 1;
-  run (&t, c12, 12, buf, 512);
+  scsi_rig_run (&t, c12, 12, buf, 512);
   ok (bad_field (10, 0), "ATA PASS-THROUGH(12) byte 10 (reserved): refused");
   /* IDENTIFY cut to what the initiator asked: 1 block is 512 bytes. */
   ata16 (c, PIO_IN, 0x0a, 0xec, 0, 100, 0, false);        /* bytes */
-  ok (run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD && last.data_in_len == 100,
+  ok (scsi_rig_run (&t, c, 16, buf, 512) == S4K_SCSI_GOOD && last.data_in_len == 100,
       "IDENTIFY with a byte count of 100: 100 bytes");
-  rig_close (&t);
+  scsi_rig_close (&t);
+}
+
+/* One LBA range entry of DATA SET MANAGEMENT, little-endian. */
+static void
+dsm_entry (uint8_t *e, uint64_t lba, uint16_t n)
+{
+  const uint64_t v = lba | (uint64_t) n << 48;
+  for (int b = 0; b < 8; b++)
+    e[b] = (uint8_t) (v >> (8 * b));
+}
+
+/* DATA SET MANAGEMENT TRIM as hdparm --trim-sector-ranges sends it (DMA,
+ * T_DIR to the device, COUNT blocks of ranges): one trim per range,
+ * whole physical sectors read zeroes after, a cut one keeps its data
+ * (as UNMAP); the refusals are ABORT with nothing run. */
+static void
+test_trim (void)
+{
+  struct scsi_rig t;
+  rig_open (&t, &geos[1], NULL);                          /* 512e */
+  clear_ua (&t);
+  static uint8_t buf[64 * 512], ranges[512 * 9];
+  uint8_t c[16], id[512];
+  ata16 (c, PIO_IN, IN_BLOCKS, 0xec, 0, 1, 0, false);
+  scsi_rig_run (&t, c, 16, id, 512);
+  ok (id[2 * 105] == 8 && id[2 * 105 + 1] == 0 && (id[2 * 169] & 1),
+      "IDENTIFY: TRIM supported (169), 8 blocks of ranges (105)");
+  memset (buf, 0xab, sizeof buf);
+  uint8_t w10[10] = { 0x2a, 0, 0, 0, 0, 0, 0, 0, 64, 0 };
+  scsi_rig_run (&t, w10, 10, buf, sizeof buf);
+  memset (ranges, 0, sizeof ranges);
+  dsm_entry (ranges, 8, 8);             /* physical sector 1 */
+  dsm_entry (ranges + 16, 40, 4);       /* half of physical sector 5 */
+  dsm_entry (ranges + 504, 48, 16);     /* the last entry: sectors 6-7 */
+  const uint8_t dma_out = 0x06;         /* BYT_BLOCK, T_LENGTH in COUNT */
+  ata16 (c, 6, dma_out, 0x06, 0x01, 1, 0, true);
+  ok (scsi_rig_run (&t, c, 16, ranges, 512) == S4K_SCSI_GOOD &&
+      last_ops == 3 && last_kinds == 1u << S4K_SCSI_OP_TRIM,
+      "DSM TRIM of 3 ranges (one unused between): 3 trims, GOOD");
+  uint8_t r10[10] = { 0x28, 0, 0, 0, 0, 0, 0, 0, 64, 0 };
+  memset (buf, 0x55, sizeof buf);
+  scsi_rig_run (&t, r10, 10, buf, sizeof buf);
+  bool zero = true, kept = true;
+  for (unsigned lba = 0; lba < 64; lba++)
+    for (unsigned i = 0; i < 512; i++) {
+      const bool trimmed = (lba >= 8 && lba < 16) || lba >= 48;
+      if (trimmed && buf[512 * lba + i] != 0)
+        zero = false;
+      if (!trimmed && buf[512 * lba + i] != 0xab)
+        kept = false;
+    }
+  ok (zero && kept, "whole physical sectors trimmed read zeroes; the rest, "
+      "and the cut sector 5, keep their data");
+  ata16 (c, 6, dma_out, 0x06, 0x01, 1, 0, true);
+  memset (ranges, 0, 512);
+  dsm_entry (ranges, 16383, 2);         /* past the 8 MiB end */
+  ok (scsi_rig_run (&t, c, 16, ranges, 512) == S4K_SCSI_CHECK_CONDITION &&
+      ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04) &&
+      last_ops == 0, "a range past the end: ABORT, nothing trimmed");
+  dsm_entry (ranges, 0, 8);
+  ata16 (c, 6, dma_out, 0x06, 0x00, 1, 0, true);
+  ok (scsi_rig_run (&t, c, 16, ranges, 512) == S4K_SCSI_CHECK_CONDITION &&
+      last_ops == 0, "DSM without the TRIM bit: ABORT");
+  ata16 (c, 6, dma_out, 0x06, 0x01, 9, 0, true);
+  ok (scsi_rig_run (&t, c, 16, ranges, sizeof ranges) ==
+      S4K_SCSI_CHECK_CONDITION && last_ops == 0,
+      "9 blocks of ranges (word 105 says 8): ABORT");
+  ata16 (c, 6, IN_BLOCKS, 0x06, 0x01, 1, 0, true);
+  scsi_rig_run (&t, c, 16, ranges, 512);
+  ok (bad_field (1, 4), "DSM as DMA from the device: refused (protocol)");
+  scsi_rig_close (&t);
 }
 
 static void
@@ -493,7 +531,7 @@ test_scsi_default (void)
 {
   /* Without interface=sata: no 89h, ATA PASS-THROUGH unknown (as
    * scsi_debug). */
-  struct rig t;
+  struct scsi_rig t;
   char err[256];
   s4k_config_init (&t.c);
   ok (s4k_config_set (&t.c, "interface", "ide", err, sizeof err) == -1 &&
@@ -510,34 +548,34 @@ test_scsi_default (void)
   clear_ua (&t);
   uint8_t c[16], buf[600];
   ata16 (c, PIO_IN, IN_BLOCKS, 0xec, 0, 1, 0, false);
-  run (&t, c, 16, buf, 512);
+  scsi_rig_run (&t, c, 16, buf, 512);
   ok (last.status == S4K_SCSI_CHECK_CONDITION && last.sense[2] == 5 &&
       last.sense[12] == 0x20, "interface=scsi: ATA PASS-THROUGH(16) is "
       "INVALID COMMAND OPERATION CODE");
   uint8_t c12[12] = { 0xa1, PIO_IN << 1, IN_BLOCKS, 0, 1, 0, 0, 0, 0, 0xec };
-  run (&t, c12, 12, buf, 512);
+  scsi_rig_run (&t, c12, 12, buf, 512);
   ok (last.sense[12] == 0x20, "interface=scsi: ATA PASS-THROUGH(12) too");
   uint8_t inq[6] = { 0x12, 0x01, 0x00, 0x02, 0x00, 0 };
-  run (&t, inq, 6, buf, sizeof buf);
+  scsi_rig_run (&t, inq, 6, buf, sizeof buf);
   ok (last.status == 0 && memchr (buf + 4, 0x89, buf[3]) == NULL &&
       memcmp (t.p.vendor, "SECT4K", 6) == 0,
       "interface=scsi: 00h lists no 89h, vendor SECT4K");
   inq[2] = 0x89;
-  run (&t, inq, 6, buf, sizeof buf);
+  scsi_rig_run (&t, inq, 6, buf, sizeof buf);
   ok (last.sense[12] == 0x24, "interface=scsi: 89h is INVALID FIELD IN CDB");
-  rig_close (&t);
+  scsi_rig_close (&t);
 
   rig_open (&t, &geos[0], NULL);
   clear_ua (&t);
   inq[2] = 0;
-  run (&t, inq, 6, buf, sizeof buf);
+  scsi_rig_run (&t, inq, 6, buf, sizeof buf);
   ok (buf[3] == 8 && buf[4 + 3] == 0x89 && buf[4 + 4] == 0xb0,
       "interface=sata: 00h lists 89h before B0h");
   uint8_t std[6] = { 0x12, 0, 0, 0, 36, 0 };
-  run (&t, std, 6, buf, sizeof buf);
+  scsi_rig_run (&t, std, 6, buf, sizeof buf);
   ok (memcmp (buf + 8, "ATA     ", 8) == 0,
       "interface=sata: INQUIRY vendor 'ATA' (SAT-4)");
-  rig_close (&t);
+  scsi_rig_close (&t);
 }
 
 int
@@ -548,6 +586,7 @@ main (void)
   const char *wc[] = { "write-cache=true", "timing=hdd7200", NULL };
   test_identify (&geos[1], wc, " write-cache hdd7200", true, 7200);
   test_commands ();
+  test_trim ();
   test_scsi_default ();
   printf ("1..%u\n", tap_n);
   return tap_failed != 0;

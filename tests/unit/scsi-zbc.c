@@ -16,61 +16,17 @@
 #include "devrig.h"
 #include "scsirig.h"
 
-struct rig {
-  struct s4k_config c;
-  struct s4k_dev *d;
-  struct s4k_scsi_lun *lun;
-  uint32_t L;
-};
-
 /* A 64 MiB device of 4 MiB zones, with the keys given. */
 static void
-rig_open (struct rig *t, const char *keys, bool readonly)
+rig_open (struct scsi_rig *t, const char *keys, bool readonly)
 {
   char err[256];
-  if (configure (&t->c, keys, err, sizeof err) ||
-      s4k_dev_open (&t->d, &t->c, err, sizeof err))
+  if (configure (&t->c, keys, err, sizeof err))
     bail ("%s: %s", keys, err);
-  const struct s4k_geometry *g = s4k_dev_geometry (t->d);
-  t->L = g->logical;
-  struct s4k_scsi_params p;
-  s4k_scsi_params_from_config (&p, &t->c, g, s4k_dev_max_request (t->d));
-  p.zones = s4k_dev_zones (t->d);
-  p.readonly = readonly;
-  if (!(t->lun = s4k_scsi_lun_new (&p, err, sizeof err)))
-    bail ("%s", err);
-}
-
-static void
-rig_close (struct rig *t)
-{
-  s4k_scsi_lun_free (t->lun);
-  s4k_dev_close (t->d);
-}
-
-/* Runs one command as a front end does; returns its status. */
-static uint8_t
-run (struct rig *t, const uint8_t *cdb, size_t cdb_len, void *data,
-     size_t data_len)
-{
-  return scsi_run (t->lun, t->d, cdb, cdb_len, data, data_len);
-}
-
-static bool
-sense_is (uint8_t key, uint8_t asc, uint8_t ascq)
-{
-  uint8_t k, a, q;
-  bool iv;
-  uint64_t info;
-  if (last.status != S4K_SCSI_CHECK_CONDITION ||
-      s4k_scsi_sense_parse (last.sense, last.sense_len, &k, &a, &q, &iv,
-                            &info))
-    return false;
-  if (k != key || a != asc || q != ascq) {
-    diag ("sense %x/%02x/%02x, want %x/%02x/%02x", k, a, q, key, asc, ascq);
-    return false;
-  }
-  return true;
+  scsi_rig_dev (t);
+  t->p.zones = s4k_dev_zones (t->d);
+  t->p.readonly = readonly;
+  scsi_rig_lun (t);
 }
 
 static void
@@ -99,34 +55,34 @@ static uint8_t data[1 << 20];
 
 /* WRITE(16) or READ(16) of n blocks at lba. */
 static uint8_t
-rw16 (struct rig *t, bool write, uint64_t lba, uint32_t n)
+rw16 (struct scsi_rig *t, bool write, uint64_t lba, uint32_t n)
 {
   uint8_t c[16] = { write ? 0x8a : 0x88 };
   put64 (c + 2, lba);
   c[10] = n >> 24; c[11] = n >> 16; c[12] = n >> 8; c[13] = n;
-  return run (t, c, 16, data, (size_t) n * t->L);
+  return scsi_rig_run (t, c, 16, data, (size_t) n * t->L);
 }
 
 /* ZBC OUT service action sa on zone id (ALL if all). */
 static uint8_t
-zone_out (struct rig *t, uint8_t sa, uint64_t id, bool all)
+zone_out (struct scsi_rig *t, uint8_t sa, uint64_t id, bool all)
 {
   uint8_t c[16] = { 0x94, sa };
   put64 (c + 2, id);
   c[14] = all;
-  return run (t, c, 16, NULL, 0);
+  return scsi_rig_run (t, c, 16, NULL, 0);
 }
 
 /* REPORT ZONES from lba with option (bit 7: PARTIAL), alloc bytes. */
 static uint8_t
-report (struct rig *t, uint64_t lba, uint8_t option, uint32_t alloc)
+report (struct scsi_rig *t, uint64_t lba, uint8_t option, uint32_t alloc)
 {
   uint8_t c[16] = { 0x95, 0x00 };
   put64 (c + 2, lba);
   c[10] = alloc >> 24; c[11] = alloc >> 16; c[12] = alloc >> 8; c[13] = alloc;
   c[14] = option;
   memset (data, 0xee, alloc + 64 < sizeof data ? alloc + 64 : sizeof data);
-  return run (t, c, 16, data, alloc);
+  return scsi_rig_run (t, c, 16, data, alloc);
 }
 
 /* Descriptor i of the last report: type, condition byte, length, start
@@ -154,35 +110,35 @@ desc_is (unsigned i, uint8_t type, uint8_t cond, uint64_t len,
 static void
 test_identity (void)
 {
-  struct rig t;
+  struct scsi_rig t;
   uint8_t inq[6] = { 0x12, 0, 0, 0, 255, 0 };
   uint8_t vpd[6] = { 0x12, 1, 0xb6, 0, 255, 0 };
   rig_open (&t, HM "model=512e", false);
-  run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);     /* the power-on UA */
-  ok (run (&t, inq, 6, data, 255) == S4K_SCSI_GOOD && data[0] == 0x14,
+  scsi_rig_run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);     /* the power-on UA */
+  ok (scsi_rig_run (&t, inq, 6, data, 255) == S4K_SCSI_GOOD && data[0] == 0x14,
       "host-managed: INQUIRY peripheral device type 14h");
   static const uint8_t b6[64] = {
     0x14, 0xb6, 0x00, 0x3c, 0x01, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,
     0xff, 0xff, 0xff, 0xff, 0, 0, 0, 2,
   };
-  ok (run (&t, vpd, 6, data, 255) == S4K_SCSI_GOOD &&
+  ok (scsi_rig_run (&t, vpd, 6, data, 255) == S4K_SCSI_GOOD &&
       last.data_in_len == 64 && memcmp (data, b6, 64) == 0,
       "VPD B6h: URSWRZ, optimal counts not reported, max open 2, byte "
       "for byte");
   vpd[2] = 0x00;
-  ok (run (&t, vpd, 6, data, 255) == S4K_SCSI_GOOD && data[0] == 0x14 &&
+  ok (scsi_rig_run (&t, vpd, 6, data, 255) == S4K_SCSI_GOOD && data[0] == 0x14 &&
       data[3] == 8 && data[10] == 0xb4 && data[11] == 0xb6,
       "VPD 00h lists B6h (after B4h)");
   vpd[2] = 0xb1;
-  ok (run (&t, vpd, 6, data, 255) == S4K_SCSI_GOOD && data[8] == 0,
+  ok (scsi_rig_run (&t, vpd, 6, data, 255) == S4K_SCSI_GOOD && data[8] == 0,
       "VPD B1h: ZONED 00b on a host-managed drive (its type says it)");
   uint8_t rc16[16] = { 0x9e, 0x10 };
   rc16[13] = 32;
-  ok (run (&t, rc16, 16, data, 32) == S4K_SCSI_GOOD &&
+  ok (scsi_rig_run (&t, rc16, 16, data, 32) == S4K_SCSI_GOOD &&
       get64 (data) == 131071 && data[12] == 0x10 && data[13] == 3,
       "READ CAPACITY(16): the last LBA, RC BASIS 01b, 512e exponent 3");
   uint8_t rsoc[12] = { 0xa3, 0x0c, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0 };
-  ok (run (&t, rsoc, 12, data, 4096) == S4K_SCSI_GOOD, "RSOC: all commands");
+  ok (scsi_rig_run (&t, rsoc, 12, data, 4096) == S4K_SCSI_GOOD, "RSOC: all commands");
   unsigned found = 0;
   for (uint32_t i = 4; i < 4 + get32 (data); i += 8)
     if ((data[i] == 0x94 || data[i] == 0x95) && (data[i + 5] & 1))
@@ -194,34 +150,34 @@ test_identity (void)
     0, 3, 0, 16, 0x95, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
     0xff, 0xff, 0xff, 0xff, 0xbf, 0,
   };
-  ok (run (&t, one, 12, data, 64) == S4K_SCSI_GOOD &&
+  ok (scsi_rig_run (&t, one, 12, data, 64) == S4K_SCSI_GOOD &&
       last.data_in_len == 20 && memcmp (data, usage, 20) == 0,
       "RSOC of REPORT ZONES: supported, its CDB usage data");
   one[3] = 0x94;
   one[5] = 0x04;
-  ok (run (&t, one, 12, data, 64) == S4K_SCSI_GOOD && data[1] == 3 &&
+  ok (scsi_rig_run (&t, one, 12, data, 64) == S4K_SCSI_GOOD && data[1] == 3 &&
       data[5] == 0x04 && data[18] == 0x01 && data[16] == 0,
       "RSOC of RESET WRITE POINTER: supported, ALL its only bit in byte "
       "14");
-  rig_close (&t);
+  scsi_rig_close (&t);
 
   rig_open (&t, "size=64M zoned=host-aware zone-size=4M model=4kn", false);
-  run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);
-  ok (run (&t, inq, 6, data, 255) == S4K_SCSI_GOOD && data[0] == 0x00,
+  scsi_rig_run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);
+  ok (scsi_rig_run (&t, inq, 6, data, 255) == S4K_SCSI_GOOD && data[0] == 0x00,
       "host-aware: device type 00h");
   vpd[2] = 0xb1;
-  ok (run (&t, vpd, 6, data, 255) == S4K_SCSI_GOOD && data[8] == 0x10,
+  ok (scsi_rig_run (&t, vpd, 6, data, 255) == S4K_SCSI_GOOD && data[8] == 0x10,
       "host-aware: VPD B1h ZONED field 01b");
   vpd[2] = 0xb6;
-  ok (run (&t, vpd, 6, data, 255) == S4K_SCSI_GOOD &&
+  ok (scsi_rig_run (&t, vpd, 6, data, 255) == S4K_SCSI_GOOD &&
       get32 (data + 16) == 0xffffffff,
       "host-aware: B6h max open not reported");
-  rig_close (&t);
+  scsi_rig_close (&t);
 
   rig_open (&t, "size=64M model=512e", false);
-  run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);
+  scsi_rig_run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);
   vpd[2] = 0xb6;
-  ok (run (&t, vpd, 6, data, 255) == S4K_SCSI_CHECK_CONDITION &&
+  ok (scsi_rig_run (&t, vpd, 6, data, 255) == S4K_SCSI_CHECK_CONDITION &&
       sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0x00),
       "not zoned: no B6h page");
   ok (report (&t, 0, 0, 4096) == S4K_SCSI_CHECK_CONDITION &&
@@ -229,7 +185,7 @@ test_identity (void)
       zone_out (&t, 4, 0, true) == S4K_SCSI_CHECK_CONDITION &&
       sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x20, 0x00),
       "not zoned: ZBC IN and OUT are INVALID COMMAND OPERATION CODE");
-  rig_close (&t);
+  scsi_rig_close (&t);
 
   /* zone-max-active: SCSI has no field for it. */
   struct s4k_config c;
@@ -257,9 +213,9 @@ test_identity (void)
 static void
 test_report (void)
 {
-  struct rig t;
+  struct scsi_rig t;
   rig_open (&t, HM "model=4kn", false);          /* 1024 LBAs a zone */
-  run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);
+  scsi_rig_run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);
   memset (data, 0x5a, sizeof data);
   ok (rw16 (&t, true, 1024, 8) == S4K_SCSI_GOOD, "WRITE(16) at zone 1");
   ok (report (&t, 0, 0x00, 64 + 3 * 64) == S4K_SCSI_GOOD &&
@@ -298,18 +254,18 @@ test_report (void)
       "a start LBA past the end: LBA OUT OF RANGE");
   uint8_t c[16] = { 0x95, 0x00 };
   c[15] = 0x01;
-  ok (run (&t, c, 16, data, 4096) == S4K_SCSI_CHECK_CONDITION &&
+  ok (scsi_rig_run (&t, c, 16, data, 4096) == S4K_SCSI_CHECK_CONDITION &&
       sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0x00),
       "a stray CDB bit: INVALID FIELD IN CDB");
-  rig_close (&t);
+  scsi_rig_close (&t);
 }
 
 static void
 test_out_and_errors (void)
 {
-  struct rig t;
+  struct scsi_rig t;
   rig_open (&t, HM "model=512e", false);         /* 8192 LBAs a zone */
-  run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);
+  scsi_rig_run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);
   memset (data, 0x5a, sizeof data);
   ok (rw16 (&t, true, 8192, 8) == S4K_SCSI_GOOD, "a write at zone 1");
   ok (rw16 (&t, true, 8192, 8) == S4K_SCSI_CHECK_CONDITION &&
@@ -361,7 +317,7 @@ test_out_and_errors (void)
       "24h/00h, 24h/00h, 21h/00h");
   uint8_t c[16] = { 0x94, 0x04 };
   c[12] = 1;
-  ok (run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
+  ok (scsi_rig_run (&t, c, 16, NULL, 0) == S4K_SCSI_CHECK_CONDITION &&
       sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x24, 0x00) &&
       last.sense[16] == 0 && last.sense[17] == 12,
       "ZONE COUNT (byte 12) is not taken: INVALID FIELD IN CDB there");
@@ -390,14 +346,14 @@ test_out_and_errors (void)
       desc_is (0, 0x2, 0xf0, 8192, 40960, UINT64_MAX) &&
       desc_is (1, 0x2, 0xd0, 8192, 49152, UINT64_MAX),
       "REPORT ZONES: offline Fh, read only Dh, write pointer invalid");
-  rig_close (&t);
+  scsi_rig_close (&t);
 
   rig_open (&t, HM "model=512e", true);
-  run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);
+  scsi_rig_run (&t, (uint8_t[6]) { 0 }, 6, NULL, 0);
   ok (zone_out (&t, 0x04, 0, true) == S4K_SCSI_CHECK_CONDITION &&
       sense_is (S4K_SENSE_DATA_PROTECT, 0x27, 0x00),
       "a read-only LUN: ZBC OUT is WRITE PROTECTED");
-  rig_close (&t);
+  scsi_rig_close (&t);
 }
 
 int

@@ -10,6 +10,7 @@
 #include "sect4k/scsi.h"
 #include "tap.h"
 #include "devrig.h"
+#include "scsirig.h"
 
 struct model {
   const char *name;
@@ -32,54 +33,21 @@ static const struct model models[] = {
  * in the configuration); max 0: none. */
 static struct s4k_atomic rig_atomic;
 
-struct rig {
-  struct s4k_config c;
-  struct s4k_dev *d;
-  struct s4k_scsi_lun *lun;
-  const struct s4k_geometry *g;
-  uint32_t L;
-};
-
 static void
-rig_open (struct rig *t, const struct model *m, const char *const *extra)
+rig_open (struct scsi_rig *t, const struct model *m, const char *const *extra)
 {
-  char err[256];
-  const char *keys[16] = { "size=4M" };
-  unsigned n = 1;
-  s4k_config_init (&t->c);
+  static const char *const base[] = { "size=4M", NULL };
+  const char *keys[4] = { 0 };
   for (unsigned i = 0; i < 3 && m->keys[i]; i++)
-    keys[n++] = m->keys[i];
-  for (unsigned i = 0; extra && extra[i]; i++)
-    keys[n++] = extra[i];
-  for (unsigned i = 0; i < n; i++)
-    if (rig_set (&t->c, keys[i], err, sizeof err))
-      bail ("%s", err);
-  if (s4k_config_finish (&t->c, err, sizeof err))
-    bail ("%s", err);
+    keys[i] = m->keys[i];
+  scsi_rig_config (t, base, keys, extra);
   if (rig_atomic.max)
     t->c.atomic = rig_atomic;
-  if (s4k_dev_open (&t->d, &t->c, err, sizeof err))
-    bail ("%s", err);
-  t->g = s4k_dev_geometry (t->d);
-  t->L = t->g->logical;
-  struct s4k_scsi_params p;
-  s4k_scsi_params_from_config (&p, &t->c, t->g, s4k_dev_max_request (t->d));
-  t->lun = s4k_scsi_lun_new (&p, err, sizeof err);
-  if (!t->lun)
-    bail ("%s", err);
+  scsi_rig_dev (t);
+  scsi_rig_lun (t);
 }
 
-static void
-rig_close (struct rig *t)
-{
-  s4k_scsi_lun_free (t->lun);
-  s4k_dev_close (t->d);
-}
-
-/* The last command's result. */
-static struct s4k_scsi_cmd last;
-static unsigned last_ops;           /* ops run, over every round */
-static unsigned last_kinds;         /* bit per op kind run */
+/* What the last command ran, beyond scsirig.h's. */
 static unsigned last_flags;         /* flags of every op, or'ed */
 static bool ops_in_bounds;
 
@@ -100,7 +68,7 @@ run_op (struct s4k_dev *d, const struct s4k_scsi_op *op)
 /* Runs one command as a front end does; returns its status.  cut_at:
  * cut the power before running op number cut_at (1-based), 0 never. */
 static uint8_t
-run_cut (struct rig *t, const uint8_t *cdb, size_t cdb_len, void *data,
+run_cut (struct scsi_rig *t, const uint8_t *cdb, size_t cdb_len, void *data,
          size_t data_len, unsigned cut_at)
 {
   last_ops = last_kinds = last_flags = 0;
@@ -129,30 +97,10 @@ run_cut (struct rig *t, const uint8_t *cdb, size_t cdb_len, void *data,
 }
 
 static uint8_t
-run (struct rig *t, const uint8_t *cdb, size_t cdb_len, void *data,
+run (struct scsi_rig *t, const uint8_t *cdb, size_t cdb_len, void *data,
      size_t data_len)
 {
   return run_cut (t, cdb, cdb_len, data, data_len, 0);
-}
-
-/* The last command failed with this sense. */
-static bool
-sense_is (uint8_t key, uint8_t asc, uint8_t ascq)
-{
-  uint8_t k, a, q;
-  bool iv;
-  uint64_t info;
-  if (last.status != S4K_SCSI_CHECK_CONDITION ||
-      s4k_scsi_sense_parse (last.sense, last.sense_len, &k, &a, &q, &iv,
-                            &info))
-    return false;
-  if (k != key || a != asc || q != ascq) {
-    char s[128];
-    s4k_scsi_sense_describe (k, a, q, s, sizeof s);
-    diag ("sense: %s", s);
-    return false;
-  }
-  return true;
 }
 
 static bool
@@ -213,7 +161,7 @@ put64 (uint8_t *p, uint64_t v)
 
 /* Clears the UNIT ATTENTION a new LUN has, checking it. */
 static void
-clear_ua (struct rig *t, const char *name)
+clear_ua (struct scsi_rig *t, const char *name)
 {
   uint8_t tur[6] = { 0 };
   run (t, tur, 6, NULL, 0);
@@ -230,7 +178,7 @@ static uint8_t buf[SIZE], buf2[SIZE];
 static void
 test_pages (const struct model *m)
 {
-  struct rig t;
+  struct scsi_rig t;
   rig_open (&t, m, NULL);
   const uint32_t L = m->L, ratio = m->P / m->L, lowest = m->A / m->L;
   const uint64_t blocks = SIZE / L;
@@ -358,7 +306,7 @@ test_pages (const struct model *m)
       last.data_in_len == sizeof want_ms &&
       bytes_are (buf, want_ms, sizeof want_ms),
       "%s: MODE SENSE(6) 08h: DPOFUA, block descriptor, WCE 0", m->name);
-  rig_close (&t);
+  scsi_rig_close (&t);
 }
 
 /* ---- mode pages, RSOC, identity options ------------------------------- */
@@ -366,7 +314,7 @@ test_pages (const struct model *m)
 static void
 test_modes (void)
 {
-  struct rig t;
+  struct scsi_rig t;
   const char *wc[] = { "write-cache=true", "timing=hdd7200", NULL };
   rig_open (&t, &models[1], wc);
   clear_ua (&t, "512e write-cache");
@@ -380,13 +328,13 @@ test_modes (void)
     { "latency-read=8ms", "latency-rmw=8ms" },
   };
   for (size_t i = 0; i < 3; i++) {
-    struct rig r;
+    struct scsi_rig r;
     const char *keys[] = { not_rotating[i][0], not_rotating[i][1], NULL };
     rig_open (&r, &models[1], keys);
     ok (run (&r, inq, 6, buf, sizeof buf) == S4K_SCSI_GOOD &&
         buf[4] == 0 && buf[5] == 1, "%s%s%s: rotation rate 1 (non-rotating)",
         keys[0], keys[1] ? " " : "", keys[1] ? keys[1] : "");
-    rig_close (&r);
+    scsi_rig_close (&r);
   }
 
   uint8_t ms6[6] = { 0x1a, 0x08, 0x08, 0, 255, 0 };
@@ -493,7 +441,7 @@ test_modes (void)
       last.data_in_len > 4 + 20 * 8 && (last.data_in_len - 4) % 8 == 0 &&
       buf[4] == 0x00, "RSOC all: %" PRIu64 " bytes of 8-byte descriptors",
       last.data_in_len);
-  rig_close (&t);
+  scsi_rig_close (&t);
 
   /* Identity from the parameters, and geometries SCSI cannot state. */
   struct s4k_scsi_params p;
@@ -543,7 +491,7 @@ fill_pattern (uint8_t *b, size_t n, unsigned salt)
 static void
 test_media (const struct model *m)
 {
-  struct rig t;
+  struct scsi_rig t;
   rig_open (&t, m, NULL);
   const uint32_t L = t.L;
   const uint64_t blocks = SIZE / L;
@@ -789,7 +737,7 @@ test_media (const struct model *m)
   run (&t, unknown[0], 0, NULL, 0);
   ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x20, 0),
       "%s: an empty CDB: INVALID COMMAND OPERATION CODE", m->name);
-  rig_close (&t);
+  scsi_rig_close (&t);
 }
 
 
@@ -798,7 +746,7 @@ test_media (const struct model *m)
 static void
 test_faults (const struct model *m)
 {
-  struct rig t;
+  struct scsi_rig t;
   const char *extra[] = { "bad-sectors=9", "write-cache=true", NULL };
   rig_open (&t, m, extra);
   const uint32_t L = t.L;
@@ -873,13 +821,13 @@ test_faults (const struct model *m)
       "%s: REQUEST SENSE then returns the UNIT ATTENTION", m->name);
   ok (run (&t, w10, 10, buf, SIZE) == S4K_SCSI_GOOD,
       "%s: ... which it cleared: the WRITE is GOOD", m->name);
-  rig_close (&t);
+  scsi_rig_close (&t);
 }
 
 static void
 test_errno_map (void)
 {
-  struct rig t;
+  struct scsi_rig t;
   rig_open (&t, &models[1], NULL);
   clear_ua (&t, "errno");
   struct { int r; uint8_t op, key, asc, ascq; bool info; } map[] = {
@@ -911,7 +859,7 @@ test_errno_map (void)
         "%s %s -> %s", map[i].op == 0x28 ? "read" : "write",
         s4k_strerror (-map[i].r), d);
   }
-  rig_close (&t);
+  scsi_rig_close (&t);
 
   const char *ro[] = { NULL };
   rig_open (&t, &models[0], ro);
@@ -938,7 +886,7 @@ test_errno_map (void)
   uint8_t ms6[6] = { 0x1a, 0x08, 0x3f, 0, 4, 0 };
   ok (run (&t, ms6, 6, buf, SIZE) == S4K_SCSI_GOOD && buf[2] == 0x90,
       "read-only: WP and DPOFUA in MODE SENSE");
-  rig_close (&t);
+  scsi_rig_close (&t);
 }
 
 /* ---- malformed input: never an operation that could harm data -------- */
@@ -956,7 +904,7 @@ next_rand (void)
 static void
 test_random (const struct model *m, unsigned rounds)
 {
-  struct rig t;
+  struct scsi_rig t;
   rig_open (&t, m, NULL);
   static const uint8_t ops[] = { 0x00, 0x03, 0x08, 0x0a, 0x12, 0x15, 0x1a,
     0x1b, 0x25, 0x28, 0x2a, 0x2f, 0x35, 0x41, 0x42, 0x55, 0x5a, 0x88, 0x8a,
@@ -1000,7 +948,7 @@ test_random (const struct model *m, unsigned rounds)
   ok (bad_bounds == 0 && bad_sense == 0 && bad_data == 0,
       "%s: %u random CDBs: every op within the device, sense well-formed, "
       "data-in within the buffer (%u wrote)", m->name, rounds, writes);
-  rig_close (&t);
+  scsi_rig_close (&t);
 }
 
 /* ---- atomic writes: Block Limits, RSOC, WRITE ATOMIC(16) --------------- */
@@ -1022,7 +970,7 @@ wa16 (uint8_t *c, uint64_t lba, uint16_t boundary, uint16_t n, bool fua)
 static void
 test_atomic (const struct model *m)
 {
-  struct rig t;
+  struct scsi_rig t;
   const uint32_t L = m->L, P = m->P;
   const uint32_t max = P * 4 > 16384 ? P * 4 : 16384;
   rig_atomic = (struct s4k_atomic) { .max = max, .min = P };
@@ -1172,7 +1120,7 @@ test_atomic (const struct model *m)
   p.atomic.max = p.max_request * 2;
   ok (s4k_scsi_lun_new (&p, err, sizeof err) == NULL,
       "%s: atomic max above max-request refused", m->name);
-  rig_close (&t);
+  scsi_rig_close (&t);
 
   /* Without atomic writes: no fields, not listed, not run. */
   rig_open (&t, m, NULL);
@@ -1192,7 +1140,7 @@ test_atomic (const struct model *m)
   ok (sense_is (S4K_SENSE_ILLEGAL_REQUEST, 0x20, 0) && field_is (true, 0, -1)
       && last_ops == 0, "%s: without atomic writes WRITE ATOMIC(16) is "
       "INVALID COMMAND OPERATION CODE", m->name);
-  rig_close (&t);
+  scsi_rig_close (&t);
 }
 
 int

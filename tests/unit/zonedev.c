@@ -44,16 +44,16 @@ test_keys (void)
   static const struct { const char *keys, *msg; } bad[] = {
     { "size=64M zone-size=4M", "zone-size=4M: needs zoned=host-managed or "
       "zoned=host-aware" },
-    { "size=64M zoned=host-managed zone-size=4M file=/nonexistent/z.img",
-      "zoned= and file=/nonexistent/z.img: zone state is not kept in the "
-      "file yet (it would be lost at restart); use the memory store" },
+    { "size=64M zoned=host-managed zone-size=4M file=/dev/null",
+      "zoned= and file=/dev/null: not a regular file (the zone state is "
+      "kept beside the file, in FILE.sect4k-zones)" },
     { "size=64M zoned=host-managed zone-size=4M strict=false",
       "zoned= and strict=false: a zoned drive takes whole logical blocks "
       "only" },
     { "size=64M zoned=host-managed zone-size=4M write-cache=true "
       "file=/nonexistent/z.img",
-      "zoned=, file=/nonexistent/z.img and write-cache=true: a power cut "
-      "does not move the file's write pointers back yet" },
+      "zoned=, file=/nonexistent/z.img and write-cache=true: the zone "
+      "state file would keep write pointers above data the cache lost" },
     { "size=64M zoned=smr", "zoned=smr: must be host-managed, host-aware "
       "or none" },
     { "size=64M model=512e-xp zoned=host-managed zone-size=4M",

@@ -75,6 +75,17 @@ sata_case () {
     'ATA information VPD page' "sect4k $name"
   out=$(/opt/bin/smartctl -H -d sat "$dev" 2>&1)
   says "$pfx: smartctl -H -d sat: PASSED (no bad sectors)" "$out" 'test result: PASSED'
+  # hdparm's TRIM (DATA SET MANAGEMENT through ATA PASS-THROUGH): two
+  # whole physical sectors from the 16th physical boundary read zeroes
+  # after it; what is around them keeps its data.
+  first=$(( 16 * P / L + A / L ))
+  yes k | tr -d '\n' | head -c $(( 32 * P )) > /tmp/sata-k.img
+  dd if=/tmp/sata-k.img of="$dev" bs=$P oflag=direct conv=notrunc status=none
+  out=$(/opt/bin/hdparm --please-destroy-my-drive --trim-sector-ranges "$first:$(( 2 * P / L ))" "$dev" 2>&1)
+  says "$pfx: hdparm --trim-sector-ranges $first:$(( 2 * P / L )) succeeded" "$out" 'succeeded'
+  is "$pfx: after hdparm's TRIM: the two physical sectors read zeroes, their neighbours keep their data" \
+    "$(dd if="$dev" bs=$L skip=$(( first - 1 )) count=$(( 2 * P / L + 2 )) iflag=direct status=none |
+       od -An -v -tx1 | tr -s ' \n' '\n\n' | grep -v '^$' | uniq | tr '\n' ' ')" '6b 00 6b '
   # LBA 100's physical sector, and two whole physical sectors from the
   # 32nd physical boundary.
   first=$(( 32 * P / L + A / L ))

@@ -427,7 +427,7 @@ scsi_attach_tests () {
 BENCH_SECS=4
 fio_iops () {  # DEV RW: IOPS (integer)
   fio --name=b --filename="$1" --direct=1 --ioengine=libaio --rw="$2" --bs=4k \
-    --iodepth=16 --size=128M --runtime=$BENCH_SECS --time_based --norandommap \
+    --iodepth=${BENCH_QD:-16} --size=128M --runtime=$BENCH_SECS --time_based --norandommap \
     --randrepeat=0 --output-format=terse --terse-version=3 2>/tmp/fio.err |
     awk -F';' -v rw="$2" '{ print (rw == "randread") ? $8 : $49 }'
 }

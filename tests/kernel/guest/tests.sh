@@ -12,6 +12,7 @@
 #   zoned   a host-managed sect4k SCSI disk against scsi_debug: guest/zoned.sh
 #   dmlog   dm-log-writes over a 512e disk: an ext4 workload logged for the host
 #   captive sect4k-server --scsi --run, sect4k-attach --run   guest/captive.sh
+#   ublk, ublk_bench   sect4k-server --ublk (Linux 6.12; 6.1 skips)   guest/ublk.sh
 # TAP goes to the console as "S4K: ok - ..." lines; "S4K: TESTS n" closes it.
 # The host numbers the tests and checks that all of them came.
 PLUGIN=/opt/sect4k/sect4k.so
@@ -95,7 +96,7 @@ tidy () {
   if command -v dmsetup >/dev/null && dmsetup info s4klog >/dev/null 2>&1; then
     DM_DISABLE_UDEV=1 dmsetup remove --noudevsync --force s4klog >/dev/null 2>&1; tl="$tl dm:s4klog"
   fi
-  for f in /run/sect4k-attach/sd*; do
+  for f in /run/sect4k-attach/sd* /run/sect4k-attach/ublkb*; do
     case "$f" in *'*'|*.log|*.out) continue ;; esac
     [ -f "$f" ] || continue
     pid=$(sed -n 's/^pid=//p' "$f")
@@ -542,5 +543,6 @@ dmlog_case () {
 . /zoned.sh
 # Sector-size conversion in place (issue 34).
 . /format.sh
+. /ublk.sh
 for suite in "$@"; do "suite_$suite"; tidy "$suite suite"; done
 echo "S4K: TESTS $n"

@@ -49,9 +49,14 @@ zoned_ops () {
   blkzone finish -o $((7 * z)) -c 1 "$dev" || echo "finish zone 7 (empty) failed"
   # Off the write pointer: refused (the kernel or the drive), the
   # pointer unchanged.
+  # The error the writer gets is compared too (6.12: EIO, the kernel's
+  # zone write plugging refuses it; 6.1: EREMOTEIO, the drive's ILLEGAL
+  # REQUEST).
   if dd if=/dev/zero of="$dev" bs=$bs seek=$(( z / 8 )) count=1 oflag=direct \
-        conv=notrunc 2>/dev/null; then
+        conv=notrunc 2>/tmp/zw.err; then
     echo "a write below zone 1's write pointer was accepted"
+  else
+    echo "a write below zone 1's write pointer: $(sed -n "s/^.*error writing '[^']*': //p" /tmp/zw.err)"
   fi
   blkzone report "$dev" 2>&1
 }
@@ -183,6 +188,317 @@ zoned_case () {
   scsi_pid= scsi_dev=
 }
 
+# zoned_restart: file= keeps the zones across a restart (a SIGTERM):
+# the same report, but open zones closed (empty where nothing was
+# written), as a power cycle leaves a drive; the write pointers hold.
+zoned_restart () {
+  local pfx="zoned file= restart" img=/tmp/zoned-file.img before after want
+  rm -f "$img" "$img.sect4k-zones"
+  zoned_start () {
+    rm -f /tmp/zoned-file.out
+    # shellcheck disable=SC2086
+    sect4k-server size=${ZONED_MB}M model=512e $ZONED_KEYS file="$img" --scsi \
+      >/tmp/zoned-file.out 2>/tmp/zoned-file.log &
+    scsi_pid=$!
+    wait_for 60 sh -c "grep -q '^/dev/sd' /tmp/zoned-file.out || ! kill -0 $scsi_pid 2>/dev/null"
+    scsi_dev=$(sed -n 's|^\(/dev/sd[a-z]*\).*|\1|p' /tmp/zoned-file.out | head -n 1)
+    [ -n "$scsi_dev" ] && [ -b "$scsi_dev" ]
+  }
+  if ! zoned_start; then
+    nok "$pfx: sect4k-server --scsi file=$img printed a /dev/sdX"
+    diag "$(cat /tmp/zoned-file.out)" "$(tail -n 5 /tmp/zoned-file.log)"
+    tidy "$pfx"; return
+  fi
+  before=$(zoned_ops "$scsi_dev")
+  stop_pid "$scsi_pid" 60
+  is "$pfx: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
+  if ! zoned_start; then
+    nok "$pfx: restarted on the same file"
+    diag "$(cat /tmp/zoned-file.out)" "$(tail -n 5 /tmp/zoned-file.log)"
+    tidy "$pfx"; return
+  fi
+  after=$(blkzone report "$scsi_dev" 2>&1)
+  want=$(printf '%s\n' "$before" | grep '^ *start:' | awk '
+    /zcond: [23]\(o[ie]\)/ {
+      if ($0 ~ /wptr 0x0+ /) sub(/zcond: [23]\(o[ie]\)/, "zcond: 1(em)")
+      else sub(/zcond: [23]\(o[ie]\)/, "zcond: 4(cl)")
+    }
+    { print }')
+  if [ "$after" = "$want" ]; then
+    ok "$pfx: blkzone report after a restart: the same zones, open ones closed"
+  else
+    nok "$pfx: blkzone report after a restart: the same zones, open ones closed"
+    printf '%s\n' "$want" > /tmp/zoned-want.txt
+    printf '%s\n' "$after" > /tmp/zoned-after.txt
+    diag "$(diff /tmp/zoned-want.txt /tmp/zoned-after.txt | head -n 40)"
+  fi
+  says "$pfx: ... closed and full zones among them" "$after" 'zcond: 4(cl)' 'zcond:14(fu)'
+  diag "$(printf '%s\n' "$before" | grep '^ *start:' | head -n 9)" "---- after the restart:" \
+       "$(printf '%s\n' "$after" | head -n 9)"
+  # Zone 1 holds 3 blocks: a write at block 3 is at its pointer, one at
+  # block 0 is not.
+  local z=$((ZONE_MB * 2048))
+  if dd if=/dev/urandom of="$scsi_dev" bs=4096 seek=$(( z / 8 + 3 )) count=1 \
+       oflag=direct conv=notrunc 2>/dev/null &&
+     ! dd if=/dev/zero of="$scsi_dev" bs=4096 seek=$(( z / 8 )) count=1 \
+       oflag=direct conv=notrunc 2>/dev/null; then
+    ok "$pfx: zone 1's write pointer held: a write there passes, one below it fails"
+  else
+    nok "$pfx: zone 1's write pointer held"
+    diag "$(blkzone report -o $z -c 1 "$scsi_dev" 2>&1)"
+  fi
+  stop_pid "$scsi_pid" 60
+  is "$pfx: sect4k-server exits 0 on SIGTERM again" "$stop_rc" 0
+  scsi_pid= scsi_dev=
+  rm -f "$img" "$img.sect4k-zones"
+}
+
+# ---- host-aware: a regular disk to Linux -------------------------------------
+# zoned_ha_ops DEV: writes a host-aware drive takes anywhere (off the
+# write pointer too), one line each, then REPORT ZONES of zones 1-3 as
+# sg_rep_zones decodes them (blkzone needs a zoned queue).
+zoned_ha_ops () {
+  local dev=$1 z=$((ZONE_MB * 256)) r   # zone length in 4 KiB blocks
+  for r in "1 0 2" "2 8 1" "3 0 1" "3 4 1" "3 2 1"; do
+    set -- $r
+    if dd if=/dev/urandom of="$dev" bs=4096 seek=$(( $1 * z + $2 )) count="$3" \
+          oflag=direct conv=notrunc 2>/dev/null; then
+      echo "write zone $1 +$2 x$3: accepted"
+    else
+      echo "write zone $1 +$2 x$3: refused"
+    fi
+  done
+  sg_rep_zones --start=$(( z * 4096 / $(cat /sys/block/${dev#/dev/}/queue/logical_block_size) )) \
+    --num=3 "$dev" 2>&1 | grep -v -e '^ *Maximum LBA' -e 'Reported zone'
+}
+
+# Host-aware: scsi_debug zbc=host-aware and sect4k zoned=host-aware, same
+# zones, 512e: the same sysfs (Linux 6.12 uses both as regular disks,
+# queue/zoned none; 6.1 shows host-aware on a disk with no partitions),
+# and both take unaligned writes, with the same zone report after them.
+zoned_host_aware () {
+  local pfx="zoned host-aware 512e" dev ref_sysfs= ref_ops= out t0=$(date +%s)
+  if insmod /modules/scsi_debug.ko zbc=host-aware dev_size_mb=$ZONED_MB \
+       zone_size_mb=$ZONE_MB zone_nr_conv=1 sector_size=512 physblk_exp=3 2>/tmp/insmod.err; then
+    wait_for 20 sh -c 'grep -l scsi_debug /sys/block/sd*/device/model >/dev/null 2>&1'
+    dev=$(grep -l scsi_debug /sys/block/sd*/device/model 2>/dev/null | head -n 1 | cut -d/ -f4)
+    if [ -n "$dev" ]; then
+      ref_sysfs=$(zoned_sysfs "/dev/$dev")
+      ref_ops=$(zoned_ha_ops "/dev/$dev")
+    fi
+    rmmod scsi_debug
+  fi
+  [ -n "$ref_sysfs" ] || { nok "$pfx: scsi_debug zbc=host-aware made a disk"; diag "$(cat /tmp/insmod.err)"; return; }
+  # shellcheck disable=SC2086
+  sect4k-server size=${ZONED_MB}M model=512e zoned=host-aware zone-size=${ZONE_MB}M \
+    zone-conventional=1 --scsi >/tmp/zoned-ha.out 2>/tmp/zoned-ha.log &
+  scsi_pid=$!
+  wait_for 60 sh -c "grep -q '^/dev/sd' /tmp/zoned-ha.out || ! kill -0 $scsi_pid 2>/dev/null"
+  scsi_dev=$(sed -n 's|^\(/dev/sd[a-z]*\).*|\1|p' /tmp/zoned-ha.out | head -n 1)
+  if [ -z "$scsi_dev" ] || [ ! -b "$scsi_dev" ]; then
+    nok "$pfx: sect4k-server --scsi zoned=host-aware printed a /dev/sdX"
+    diag "$(cat /tmp/zoned-ha.out)" "$(tail -n 5 /tmp/zoned-ha.log)"; return
+  fi
+  is "$pfx: sect4k disk's queue fields equal scsi_debug's ($ref_sysfs)" \
+    "$(zoned_sysfs "$scsi_dev")" "$ref_sysfs"
+  out=$(zoned_ha_ops "$scsi_dev")
+  if [ "$out" = "$ref_ops" ]; then
+    ok "$pfx: unaligned and aligned writes accepted, then REPORT ZONES equal scsi_debug's line by line"
+  else
+    nok "$pfx: the same writes accepted and the same REPORT ZONES as scsi_debug"
+    printf '%s\n' "$out" > /tmp/zoned-s4k.txt; printf '%s\n' "$ref_ops" > /tmp/zoned-ref.txt
+    diag "$(diff /tmp/zoned-ref.txt /tmp/zoned-s4k.txt | head -n 40)"
+  fi
+  says "$pfx: ... both took the write off the write pointer (non-seq set)" "$out" \
+    '^write zone 2 +8 x1: accepted$' '^write zone 3 +2 x1: accepted$' 'Non.seq.*1'
+  diag "$(printf '%s\n' "$out" | head -n 20)"
+  stop_pid "$scsi_pid" 60
+  is "$pfx: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
+  scsi_pid= scsi_dev=
+  diag "$pfx: $(( $(date +%s) - t0 )) s"
+}
+
+# ---- real users of zones: f2fs, btrfs, fio ---------------------------------
+# The programs and modules come on the host's tools disk (vm-test: a
+# read-only ext4 image, serial s4k-tools) so that the initramfs stays small.
+zoned_tools () {
+  local s dev= m
+  [ -x /tools/bin/fio ] && return 0
+  for s in /sys/block/vd*; do
+    [ "$(cat "$s/serial" 2>/dev/null)" = s4k-tools ] && dev=/dev/${s##*/}
+  done
+  [ -n "$dev" ] || { zoned_tools_why="no tools disk (the host's TAP says why)"; return 1; }
+  mkdir -p /tools
+  mount -t ext4 -o ro "$dev" /tools 2>/tmp/tools.err ||
+    { zoned_tools_why="cannot mount $dev: $(cat /tmp/tools.err)"; return 1; }
+  for m in $(cat /tools/modules/order); do
+    grep -q "^$m " /proc/modules || insmod "/tools/modules/$m.ko" 2>>/tmp/tools.err ||
+      { zoned_tools_why="insmod $m: $(tail -n 1 /tmp/tools.err)"; return 1; }
+  done
+  PATH=$PATH:/tools/bin
+}
+
+# The users' disk: 512 MiB of 4 MiB zones, 16 of them conventional (f2fs
+# keeps its metadata there: a single-device f2fs needs them, as mkfs.f2fs
+# -m says), no open limit (f2fs wants one open zone per active log).
+ZONED_USER_KEYS="size=512M model=512e zoned=host-managed zone-size=4M zone-conventional=16"
+
+zoned_f2fs () {
+  local pfx="zoned users: f2fs" dev=$1 out sum t0=$(date +%s)
+  mkdir -p /mnt
+  out=$(mkfs.f2fs -f -m "$dev" 2>&1)
+  check "$pfx: mkfs.f2fs -m succeeds" test $? = 0 || { diag "$out"; return; }
+  diag "$(printf '%s\n' "$out" | grep -i -e zone -e 'Format successful' | head -n 6)"
+  check "$pfx: mount" mount -t f2fs "$dev" /mnt || return
+  head -c 8388608 /dev/urandom > /tmp/f2fs.dat
+  sum=$(md5sum < /tmp/f2fs.dat)
+  cp /tmp/f2fs.dat /mnt/data && mkdir /mnt/d &&
+    for i in 1 2 3 4 5 6 7 8; do echo "file $i" > /mnt/d/f$i; done && sync
+  check "$pfx: an 8 MiB file and 8 small ones written, synced" test $? = 0
+  check "$pfx: unmount" umount /mnt || return
+  out=$(fsck.f2fs -f "$dev" 2>&1)
+  check "$pfx: fsck.f2fs -f clean (exit 0)" test $? = 0 || diag "$out"
+  diag "$(printf '%s\n' "$out" | grep -e 'Info: .*zone' -e 'features' -e '\[FSCK\]' -e 'Done' | head -n 16)"
+  if mount -t f2fs -o ro "$dev" /mnt; then
+    is "$pfx: the file reads back after a remount" "$(md5sum < /mnt/data)" "$sum"
+    umount /mnt
+  else
+    nok "$pfx: remount read-only"
+  fi
+  rm -f /tmp/f2fs.dat
+  diag "$pfx: $(( $(date +%s) - t0 )) s"
+}
+
+# zoned_btrfs_reference: btrfs scrub's error summary on scsi_debug
+# zbc=host-managed with the users' zones (256 MiB: scsi_debug keeps it
+# all in the guest's RAM), the same mkfs, file and scrub.
+zoned_btrfs_reference () {
+  local d
+  insmod /modules/scsi_debug.ko zbc=host-managed dev_size_mb=256 zone_size_mb=4 \
+    zone_nr_conv=16 sector_size=512 physblk_exp=3 2>/dev/null || { echo "insmod scsi_debug failed"; return; }
+  wait_for 20 sh -c 'grep -l scsi_debug /sys/block/sd*/device/model >/dev/null 2>&1'
+  d=/dev/$(grep -l scsi_debug /sys/block/sd*/device/model 2>/dev/null | head -n 1 | cut -d/ -f4)
+  mkdir -p /mnt2
+  if mkfs.btrfs -f -d single -m single "$d" >/dev/null 2>&1 && mount -t btrfs "$d" /mnt2; then
+    cp /tmp/btrfs.dat /mnt2/data && sync
+    btrfs scrub start -B /mnt2 2>&1 | grep 'Error summary'
+    umount /mnt2
+  else
+    echo "mkfs.btrfs or mount on scsi_debug failed"
+  fi
+  rmmod scsi_debug
+}
+
+zoned_btrfs () {
+  local pfx="zoned users: btrfs" dev=$1 out sum t0=$(date +%s)
+  out=$(mkfs.btrfs -f -d single -m single "$dev" 2>&1)
+  check "$pfx: mkfs.btrfs succeeds" test $? = 0 || { diag "$out"; return; }
+  says "$pfx: ... in zoned mode" "$out" 'Zoned device: *yes'
+  diag "$(printf '%s\n' "$out" | grep -i -e zone | head -n 4)"
+  check "$pfx: mount" mount -t btrfs "$dev" /mnt || return
+  check "$pfx: the mounted file system is zoned (sysfs features/zoned)" \
+    sh -c 'ls /sys/fs/btrfs/*/features/zoned >/dev/null 2>&1'
+  head -c 8388608 /dev/urandom > /tmp/btrfs.dat
+  sum=$(md5sum < /tmp/btrfs.dat)
+  cp /tmp/btrfs.dat /mnt/data && sync
+  check "$pfx: an 8 MiB file written, synced" test $? = 0
+  out=$(btrfs scrub start -B /mnt 2>&1)
+  check "$pfx: btrfs scrub start -B: exit 0" test $? = 0
+  if printf '%s\n' "$out" | grep -q 'Error summary: *no errors found'; then
+    ok "$pfx: ... no errors found"
+  else
+    # Linux before 6.9 looks for a zoned device's superblock where a
+    # regular one's is ("btrfs: zoned: use zone aware sb location for
+    # scrub", 2024) and counts super=1: the same on scsi_debug is the
+    # kernel's, not the drive's.
+    ref=$(zoned_btrfs_reference)
+    is "$pfx: ... scrub's errors are the kernel's: scsi_debug (same zones) gets the same summary" \
+      "$(printf '%s\n' "$out" | grep 'Error summary')" "$ref"
+    diag "$pfx: scsi_debug's scrub: $ref"
+  fi
+  diag "$(printf '%s\n' "$out" | tail -n 4)"
+  is "$pfx: the file reads back" "$(md5sum < /mnt/data)" "$sum"
+  check "$pfx: unmount" umount /mnt
+  rm -f /tmp/btrfs.dat
+  diag "$pfx: $(( $(date +%s) - t0 )) s"
+}
+
+zoned_fio () {
+  local pfx="zoned users: fio" dev=$1 out t0=$(date +%s)
+  # Sequential zones 16-19 (bytes 64-80 MiB), reset first (btrfs used
+  # them); 16 MiB: fio takes seconds under TCG.
+  blkzone reset -o $((64 * 2048)) -l $((16 * 2048)) "$dev"
+  out=$(fio --name=zbd --filename="$dev" --direct=1 --ioengine=psync --zonemode=zbd \
+    --rw=write --bs=64k --offset=64m --size=16m --max_open_zones=4 \
+    --verify=crc32c --do_verify=1 --output-format=terse --terse-version=3 2>&1)
+  rc=$?
+  check "$pfx: --zonemode=zbd sequential writes with crc32c verify: exit 0" test $rc = 0
+  # terse v3: field 5 is the error, 6 the KiB read (the verify), 47 written.
+  is "$pfx: no error, 16 MiB written and read back by the verify" \
+    "$(printf '%s\n' "$out" | tail -n 1 | awk -F';' '{print $5 "," $6 "," $47}')" "0,16384,16384" ||
+    diag "$(printf '%s\n' "$out" | tail -n 5)"
+  diag "$pfx: $(( $(date +%s) - t0 )) s"
+}
+
+# An unaligned O_DIRECT write to a sequential zone: EIO, the zone's write
+# pointer where it was, and the same write from sg_raw (past the kernel,
+# which on 6.12 refuses it itself: zone write plugging) gets the drive's
+# CHECK CONDITION, ILLEGAL REQUEST, UNALIGNED WRITE COMMAND (21h/04h).
+zoned_unaligned () {
+  local pfx="zoned users: unaligned O_DIRECT write" dev=$1 zl=$((32 * 8192)) e0 e1 out
+  blkzone reset -o $zl -c 1 "$dev"
+  dd if=/dev/urandom of="$dev" bs=4096 seek=$((zl / 8)) count=1 oflag=direct conv=notrunc 2>/dev/null
+  e0=$(cat /sys/block/${dev#/dev/}/device/ioerr_cnt)
+  dd if=/dev/urandom of="$dev" bs=4096 seek=$((zl / 8 + 2)) count=1 oflag=direct \
+    conv=notrunc 2>/tmp/dd.err
+  rc=$?
+  e1=$(cat /sys/block/${dev#/dev/}/device/ioerr_cnt)
+  # 6.12's zone write plugging knows the write pointer and fails it with
+  # EIO before the drive sees it; 6.1 sends it, and the drive's ILLEGAL
+  # REQUEST becomes BLK_STS_TARGET: EREMOTEIO.
+  if [ "$e0" = "$e1" ]; then want='Input/output error' who="the kernel refused it (EIO)"
+  else want='Remote I/O error' who="the drive refused it, ILLEGAL REQUEST: EREMOTEIO"; fi
+  if [ $rc != 0 ] && grep -q "$want" /tmp/dd.err; then
+    ok "$pfx: 4 KiB at zone 32's write pointer + 8 sectors fails: $who"
+  else
+    nok "$pfx: 4 KiB at zone 32's write pointer + 8 sectors fails: $who"; diag "exit $rc: $(cat /tmp/dd.err)"
+  fi
+  diag "$pfx: the drive's ioerr_cnt went $e0 -> $e1"
+  is "$pfx: the write pointer did not move" \
+    "$(blkzone report -o $zl -c 1 "$dev" | sed -n 's/.*wptr \(0x[0-9a-f]*\).*zcond: *\([0-9]*\).*/\1 \2/p')" "0x000008 2"
+  dd if=/dev/zero of=/tmp/zs.in bs=4096 count=1 2>/dev/null
+  out=$(sg_raw -s 4096 -i /tmp/zs.in "$dev" 8a 00 $(printf '%016x' $((zl + 16)) | sed 's/../& /g') \
+        00 00 00 08 00 00 2>&1)
+  says "$pfx: the same write from sg_raw: CHECK CONDITION, Illegal Request, Unaligned write command" "$out" \
+    'SCSI Status: Check Condition' 'Sense key: Illegal Request' 'Additional sense: Unaligned write command'
+  diag "$(printf '%s\n' "$out" | grep -e Status -e Sense -e 'Additional sense' | head -n 3)"
+}
+
+zoned_users () {
+  local pfx="zoned users" t0=$(date +%s)
+  if ! zoned_tools; then ok "zoned users # SKIP $zoned_tools_why"; return; fi
+  diag "$pfx: the tools disk mounted, f2fs and btrfs loaded: $(( $(date +%s) - t0 )) s"
+  # shellcheck disable=SC2086
+  sect4k-server $ZONED_USER_KEYS --scsi >/tmp/zoned-users.out 2>/tmp/zoned-users.log &
+  scsi_pid=$!
+  wait_for 60 sh -c "grep -q '^/dev/sd' /tmp/zoned-users.out || ! kill -0 $scsi_pid 2>/dev/null"
+  scsi_dev=$(sed -n 's|^\(/dev/sd[a-z]*\).*|\1|p' /tmp/zoned-users.out | head -n 1)
+  if [ -z "$scsi_dev" ] || [ ! -b "$scsi_dev" ]; then
+    nok "$pfx: sect4k-server --scsi $ZONED_USER_KEYS printed a /dev/sdX"
+    diag "$(cat /tmp/zoned-users.out)" "$(tail -n 5 /tmp/zoned-users.log)"; return
+  fi
+  diag "$pfx: sect4k-server $ZONED_USER_KEYS --scsi: $(head -n 1 /tmp/zoned-users.out)" \
+    "$pfx: $scsi_dev: $(zoned_sysfs "$scsi_dev")"
+  zoned_f2fs "$scsi_dev"; tidy "zoned f2fs" attach
+  zoned_btrfs "$scsi_dev"; tidy "zoned btrfs" attach
+  zoned_fio "$scsi_dev"
+  zoned_unaligned "$scsi_dev"
+  stop_pid "$scsi_pid" 60
+  is "$pfx: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
+  scsi_pid= scsi_dev=
+  diag "$pfx: $(( $(date +%s) - t0 )) s"
+}
+
 suite_zoned () {
   local t0=$(date +%s)
   if ! sect4k-server --help 2>&1 | grep -q -- 'zoned='; then
@@ -203,5 +519,11 @@ suite_zoned () {
   zoned_case 512e model=512e sector_size=512 physblk_exp=3
   tidy "zoned 512e"
   zoned_case 4kn model=4kn sector_size=4096
+  tidy "zoned 4kn"
+  zoned_restart
+  tidy "zoned restart"
+  zoned_host_aware
+  tidy "zoned host-aware"
+  zoned_users
   diag "zoned suite: $(( $(date +%s) - t0 )) s"
 }

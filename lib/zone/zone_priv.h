@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The zone table, shared by lib/zone/zone.c (the state machine) and
+ * lib/zone/zone_file.c (its records in FILE.sect4k-zones). */
+#ifndef S4K_ZONE_PRIV_H
+#define S4K_ZONE_PRIV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sect4k/zone.h"
+
+struct zone {
+  uint64_t start, len, wp;      /* LBAs; wp is start + len when FULL */
+  uint8_t type, cond;
+  bool non_seq;
+  bool mark;                    /* OPEN ALL: closed when it began */
+};
+
+/* Zones changed under the lock since it was taken, whose records
+ * zone_file_save writes before it is released. */
+#define ZONE_TOUCHED_MAX 4
+
+/* One mutex for the whole table: a write to one zone can close another
+ * (the open limit), so the counts and every condition change together. */
+struct s4k_zones {
+  pthread_mutex_t lock;
+  struct s4k_zones_info info;
+  unsigned shift;               /* log2 zone_lbas */
+  uint64_t pblk;                /* logical blocks per physical block */
+  uint32_t logical;             /* bytes per LBA */
+  uint32_t imp_open, exp_open, closed;
+  struct zone *z;
+  /* Persistence (zone_file.c), NULL rec without file=. */
+  uint64_t *rec;                /* one record per zone, mapped */
+  uint32_t touched[ZONE_TOUCHED_MAX];
+  unsigned ntouched;            /* more than the array: save every zone */
+};
+
+/* zn changed: its record is written before the lock is released. */
+static inline void
+zone_touch (struct s4k_zones *z, const struct zone *zn)
+{
+  if (__builtin_expect (z->rec != NULL, 0)) {
+    if (z->ntouched < ZONE_TOUCHED_MAX)
+      z->touched[z->ntouched] = (uint32_t) (zn - z->z);
+    z->ntouched++;
+  }
+}
+
+/* zone_file.c: the touched zones' records, under the lock. */
+void zone_file_save (struct s4k_zones *z);
+
+/* Releases the lock of a call that changed zones, their records written
+ * first (so a write is on record before the device acknowledges it). */
+static inline void
+zone_unlock (struct s4k_zones *z)
+{
+  if (__builtin_expect (z->ntouched != 0, 0))
+    zone_file_save (z);
+  pthread_mutex_unlock (&z->lock);
+}
+
+#endif
