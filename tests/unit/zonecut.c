@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sect4k/sect4k.h"
 #include "sect4k/zone.h"
@@ -604,6 +605,39 @@ test_fixed (void)
       "README's example: the report and the data");
   free (rep);
   s4k_dev_close (d);
+
+  /* With file= (no cache): the cut's pointer and condition are on
+   * record, a restart shows them. */
+  char img[] = "/tmp/zonecut-XXXXXX";
+  int fd = mkstemp (img);
+  if (fd == -1)
+    bail ("mkstemp");
+  close (fd);
+  char keys[256], zpath[300];
+  snprintf (zpath, sizeof zpath, "%s.sect4k-zones", img);
+  snprintf (keys, sizeof keys, "size=4M model=4kn zoned=host-managed "
+            "zone-size=512K file=%s zone-reformat=true power-cut-after=3 "
+            "torn=none", img);
+  d = open_dev (keys);
+  zlbas = 128;
+  const int w1 = s4k_write (d, buf, 8192, 128 * 4096, 0);
+  const int w2 = s4k_write (d, buf, 8192, 130 * 4096, 0);
+  const int w3 = s4k_write (d, buf, 8192, 132 * 4096, 0);
+  const struct s4k_zone_desc cut = zone_desc (d, 1);
+  s4k_dev_close (d);
+  snprintf (keys, sizeof keys, "size=4M model=4kn zoned=host-managed "
+            "zone-size=512K file=%s", img);
+  d = open_dev (keys);
+  const struct s4k_zone_desc back = zone_desc (d, 1);
+  ok (w1 == 0 && w2 == 0 && w3 == -EIO && cut.wp == 132 &&
+      cut.cond == S4K_ZC_CLOSED && back.wp == 132 &&
+      back.cond == S4K_ZC_CLOSED,
+      "file=: the pointer and the closed zone a cut left are kept across a "
+      "restart (wp %" PRIu64 ", after the restart %" PRIu64 ")", cut.wp,
+      back.wp);
+  s4k_dev_close (d);
+  unlink (img);
+  unlink (zpath);
 
   /* The write in flight at power-cut-after is never kept. */
   unsigned kept = 0, torn = 0;
