@@ -76,10 +76,15 @@ fault_zone_flushed (struct s4k_fault *f)
 void
 fault_zone_wrote (struct s4k_fault *f, uint64_t off, uint64_t end)
 {
-  const uint32_t zone = zone_of_byte (f, off);
+  /* A host-aware write may cross into the next zones. */
   const uint64_t e = end / f->g.logical;
-  if (zone >= f->zone_conv && zone < f->nr_zones && e > f->hw[zone])
-    f->hw[zone] = e;
+  for (uint32_t z = zone_of_byte (f, off);
+       z < f->nr_zones && zone_start_byte (f, z) < end; z++) {
+    const uint64_t zend = (uint64_t) (z + 1) << f->zone_shift;
+    const uint64_t ze = e < zend ? e : zend;
+    if (z >= f->zone_conv && ze > f->hw[z])
+      f->hw[z] = ze;
+  }
 }
 
 /* Destages the dirty sectors in [off, end): their keys first, as a

@@ -606,6 +606,17 @@ test_fixed (void)
   free (rep);
   s4k_dev_close (d);
 
+  /* Host-aware: a flushed write across two zones stays in both. */
+  d = open_dev ("size=4M model=4kn zoned=host-aware zone-size=512K "
+                "write-cache=true");
+  zlbas = 128;
+  ok (s4k_write (d, buf, 8192, 255 * 4096, 0) == 0 && s4k_flush (d) == 0 &&
+      s4k_dev_power_cut (d, 0, &rep) == 0 && zone_desc (d, 1).wp == 256 &&
+      zone_desc (d, 2).wp == 257 && zone_desc (d, 2).cond == S4K_ZC_CLOSED,
+      "host-aware: a flushed write across two zones keeps both pointers");
+  free (rep);
+  s4k_dev_close (d);
+
   /* With file= (no cache): the cut's pointer and condition are on
    * record, a restart shows them. */
   char img[] = "/tmp/zonecut-XXXXXX";
