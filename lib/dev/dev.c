@@ -94,6 +94,8 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     int r = s4k_zone_finish (&zc, &d->g, err, errlen);
     if (r == 0 && (r = s4k_zones_new (&d->zones, &zc, &d->g)) < 0)
       snprintf (err, errlen, "zoned=: %s", s4k_strerror (-r));
+    if (r == 0 && d->fault && (r = fault_set_zones (d->fault, d->zones)))
+      snprintf (err, errlen, "zoned=: %s", s4k_strerror (-r));
     /* The log's entry 1: the layout, for its readers (sect4k-crash). */
     if (r == 0 && d->wlog && (r = s4k_wlog_zones (d->wlog, &zc)) < 0) {
       snprintf (err, errlen, "write-log=%s: %s", c->write_log,

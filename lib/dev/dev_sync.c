@@ -223,6 +223,24 @@ s4k_extents (struct s4k_dev *d, uint64_t len, uint64_t off,
 
 /* ---- zones (zoned=) ----------------------------------------------------- */
 
+/* The write cache's data of one zone, or of all, made durable, and the
+ * zone's write pointer with it. */
+static int
+zone_sync (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
+           bool all)
+{
+  struct s4k_zones_info zi;
+  s4k_zones_info (d->zones, &zi);
+  const bool pointer = op != S4K_ZOP_CLOSE;
+  if (all)
+    return fault_zone_sync (d->fault, d->g.size, 0, pointer);
+  const uint64_t start = zone_lba << d->lbits;
+  const uint64_t len = zi.zone_lbas << d->lbits;
+  return fault_zone_sync (d->fault, len < d->g.size - start
+                                    ? len : d->g.size - start, start,
+                          pointer);
+}
+
 int
 s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
                  bool all)
@@ -231,10 +249,15 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
     return -EINVAL;
   if (op != S4K_ZOP_RESET) {
     int r = s4k_zones_op (d->zones, op, zone_lba, all);
-    if (r == 0 && d->wlog)
+    if (r)
+      return s4k_zone_errno (-r);
+    if (d->wlog)
       r = s4k_wlog_zone_op (d->wlog, op, zone_lba, all);
-    else if (r)
-      r = s4k_zone_errno (-r);
+    /* CLOSE and FINISH make the zone's write pointer durable (ZBC keeps
+     * closed and full zones across a power loss, not open ones): its
+     * cached writes first. */
+    if (r == 0 && d->fault && (op == S4K_ZOP_CLOSE || op == S4K_ZOP_FINISH))
+      r = zone_sync (d, op, zone_lba, all);
     return r;
   }
   /* The zones written before the reset, whose data it discards: one,
@@ -267,5 +290,9 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
   }
   if (all)
     free (desc);
+  /* A reset is durable at once: its zeroes were written through, and
+   * the pointer at the start with them. */
+  if (r == 0 && d->fault)
+    r = zone_sync (d, op, zone_lba, all);
   return r ? r : lr;
 }

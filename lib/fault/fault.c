@@ -105,8 +105,11 @@ write_any (struct s4k_store *s, const struct s4k_io *io, unsigned n,
     /* In flight at the cut: at risk like unflushed data, and never
      * answered with success. */
     r = fault_stage (f, io, n, atomic);
+    f->pending = true;
+    f->pending_off = io[0].off;
     if (r == 0)
       fault_cut_locked (f, f->cfg.torn, "power-cut-after", NULL);
+    f->pending = false;
     r = -EIO;
     cut = true;
   }
@@ -116,7 +119,9 @@ write_any (struct s4k_store *s, const struct s4k_io *io, unsigned n,
       r = fault_destage (f, f->oldest);
   }
   else {
-    /* FUA: durable now, newer than anything dirty for these sectors. */
+    /* FUA: durable now, newer than anything dirty for these sectors
+     * (and in a sequential zone, after the zone's writes below it). */
+    r = fault_zone_settle (f, io[0].off, io[n - 1].off + io[n - 1].len);
     for (unsigned i = 0; i < n && r == 0; i++)
       if ((r = settle (f, io[i].len, io[i].off)) == 0)
         fault_drop_range (f, io[i].len, io[i].off);
@@ -125,6 +130,8 @@ write_any (struct s4k_store *s, const struct s4k_io *io, unsigned n,
   }
   for (unsigned i = 0; i < n && r == 0; i++)
     r = fault_clear_bad (f, io[i].len, io[i].off);
+  if (r == 0 && f->zones)
+    fault_zone_wrote (f, io[0].off, io[n - 1].off + io[n - 1].len);
   pthread_mutex_unlock (&f->m);
   if (cut)
     fault_after_cut (f);
@@ -155,11 +162,14 @@ fault_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
   struct s4k_fault *f = (struct s4k_fault *) s;
   int r = -EIO;
   pthread_mutex_lock (&f->m);
-  if (!stale (f) && (r = settle (f, len, off)) == 0) {
+  if (!stale (f) && (r = settle (f, len, off)) == 0 &&
+      (r = fault_zone_settle (f, off, off + len)) == 0) {
     fault_drop_range (f, len, off);
     r = f->inner->ops->zero (f->inner, len, off, may_trim, fua);
     if (r == 0)
       r = fault_clear_bad (f, len, off);
+    if (r == 0 && f->zones)
+      fault_zone_wrote (f, off, off + len);
   }
   pthread_mutex_unlock (&f->m);
   return r;
@@ -240,6 +250,8 @@ fault_close (struct s4k_store *s)
   f->inner->ops->close (f->inner);
   free (f->bad.r);
   free (f->bucket);
+  free (f->dwp);
+  free (f->hw);
   pthread_mutex_destroy (&f->m);
   free (f);
 }

@@ -23,6 +23,14 @@ void fault_start (struct s4k_fault *f, struct s4k_dev *d);
 void fault_stop (struct s4k_fault *f);
 /* The device's logical size changed (s4k_dev_set_logical). */
 void fault_set_logical (struct s4k_fault *f, uint32_t logical);
+/* zoned=: the device's zones, for power cuts (lib/fault/fault_zone.c). */
+struct s4k_zones;
+int fault_set_zones (struct s4k_fault *f, struct s4k_zones *z);
+/* Makes the cached writes in [off, off+len) durable, and the zones'
+ * write pointers: as written (CLOSE), or (pointer) where a zone
+ * operation put them (FINISH, RESET). */
+int fault_zone_sync (struct s4k_fault *f, uint64_t len, uint64_t off,
+                     bool pointer);
 /* The device's layer, or NULL (dev.c). */
 struct s4k_fault *dev_fault (const struct s4k_dev *d);
 /* True if the calling thread's request comes from a connection opened

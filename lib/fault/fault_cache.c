@@ -228,5 +228,7 @@ fault_flush_locked (struct s4k_fault *f)
   int r = 0;
   while (r == 0 && f->oldest)
     r = fault_destage (f, f->oldest);
-  return r ? r : f->inner->ops->flush (f->inner);
+  if (r == 0 && (r = f->inner->ops->flush (f->inner)) == 0 && f->zones)
+    fault_zone_flushed (f);
+  return r;
 }

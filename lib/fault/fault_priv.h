@@ -7,7 +7,10 @@
  *   fault_cache.c  the write cache: dirty sectors, staging, reading
  *                  through, destaging, writing back;
  *   fault_cut.c    the power cut: outcomes, the cut report, the run-time
- *                  calls.
+ *                  calls;
+ *   fault_zone.c   zoned devices: the power cut of the sequential zones
+ *                  (a prefix each, write pointers back), and what makes
+ *                  a zone's writes durable (FUA, zero, CLOSE, FINISH).
  * The layer's mutex (m) serializes them: what is declared here runs with
  * it held (or before the layer is shared), except fault_after_cut and
  * sector_of. */
@@ -18,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "fault.h"
 
@@ -75,6 +79,20 @@ struct s4k_fault {
   void (*on_cut) (void *opaque);
   void *on_cut_opaque;
   struct control *control;
+  /* zoned=: the device's zones (fault_set_zones), or NULL. */
+  struct s4k_zones *zones;
+  uint32_t zone_shift;                  /* log2 of a zone's LBAs */
+  uint32_t zone_conv, nr_zones;         /* conventional zones, all */
+  uint64_t *dwp;                        /* each zone's durable write
+                                           pointer: no cut moves the
+                                           pointer below it */
+  uint64_t *hw;                         /* each zone's end of the writes
+                                           that reached the layer: a
+                                           flush makes it durable */
+  /* The write in flight at a power-cut-after cut: never acknowledged,
+   * so no zone keeps it (its first sector may be the torn one). */
+  bool pending;
+  uint64_t pending_off;
 };
 
 static inline uint64_t
@@ -127,6 +145,28 @@ int fault_flush_locked (struct s4k_fault *f);
 
 /* ---- fault_cut.c ------------------------------------------------------- */
 
+/* A sector's outcome at a cut. */
+enum fault_outcome { FO_KEPT, FO_REVERTED, FO_TORN, FO_UNREADABLE,
+                     FO_GARBAGE, FO_ZEROED, FO_N };
+/* A cut's report as it is written, and its counts. */
+struct cut_out {
+  FILE *fp;                             /* the report ("sectors" open) */
+  FILE *units;                          /* "atomic" */
+  const char *sep;                      /* before the next sector */
+  unsigned nunits, unit_counts[2];      /* kept, dropped */
+  unsigned counts[FO_N];
+  char *old;                            /* a physical sector's buffer */
+};
+/* A number below n from the seeded PRNG. */
+unsigned fault_prng_below (struct s4k_fault *f, unsigned n);
+/* A dirty sector's outcome, forced (FO_KEPT, FO_REVERTED, FO_TORN: the
+ * policy's interrupted write) or -1 (from the PRNG): reported in o and
+ * applied. */
+int fault_cut_sector (struct s4k_fault *f, struct entry *e,
+                      enum s4k_torn torn, int forced, struct cut_out *o);
+/* An atomic unit's outcome (forced FO_KEPT or FO_REVERTED, or -1). */
+int fault_cut_unit (struct s4k_fault *f, struct entry *e, enum s4k_torn torn,
+                    int forced, struct cut_out *o);
 /* The torn= policies' names, by enum s4k_torn. */
 extern const char *const fault_torn_names[];
 /* Gives every dirty sector its outcome, oldest first, and reports it
@@ -135,5 +175,22 @@ int fault_cut_locked (struct s4k_fault *f, enum s4k_torn torn,
                       const char *trigger, char **report);
 /* After a cut, without the mutex: the device's on-cut callback. */
 void fault_after_cut (struct s4k_fault *f);
+
+/* ---- fault_zone.c ------------------------------------------------------ */
+
+/* The sequential zones' part of a cut (before the other sectors): each
+ * zone with unflushed writes keeps a prefix of them, its write pointer
+ * moves back to the prefix's end, every open zone closes; zones gets the
+ * report's "zones" entries. */
+int fault_zone_cut (struct s4k_fault *f, enum s4k_torn torn,
+                    struct cut_out *o, FILE *zones);
+/* A FUA write or a zero of [off, end), written through: first the dirty
+ * sectors of its sequential zone below it (a zone is written in order,
+ * so they are durable with it, and the zone's pointer up to end). */
+int fault_zone_settle (struct s4k_fault *f, uint64_t off, uint64_t end);
+/* The cache was written back: every write pointer is durable. */
+void fault_zone_flushed (struct s4k_fault *f);
+/* A write or zero of [off, end) reached the layer (cached or written). */
+void fault_zone_wrote (struct s4k_fault *f, uint64_t off, uint64_t end);
 
 #endif

@@ -736,3 +736,51 @@ s4k_zones_set_cond (struct s4k_zones *z, uint64_t zone_lba,
   zone_unlock (z);
   return r;
 }
+
+/* ---- power cuts (the fault layer, lib/fault/fault_cut.c) --------------- */
+
+/* A cut kept the zone's data below wp only: the write pointer moves back
+ * there and the condition follows it, a cut leaving no zone open (open
+ * zone resources are volatile: ZBC-2 keeps only CLOSED and FULL across a
+ * power loss). */
+int
+s4k_zones_cut_wp (struct s4k_zones *z, uint64_t zone_lba, uint64_t wp)
+{
+  if (zone_lba >= z->info.capacity)
+    return -S4K_ZERR_LBA_OUT_OF_RANGE;
+  int r = 0;
+  pthread_mutex_lock (&z->lock);
+  struct zone *zn = zone_of (z, zone_lba);
+  const uint64_t cur = zn->cond == S4K_ZC_FULL ? zn->start + zn->len : zn->wp;
+  if (zn->start != zone_lba)
+    r = -S4K_ZERR_NOT_ZONE_START;
+  else if (zn->type == S4K_ZT_CONVENTIONAL)
+    r = -S4K_ZERR_NOT_WRITE_POINTER_ZONE;
+  else if (bad_cond (zn) || wp < zn->start || wp > cur)
+    r = -EINVAL;
+  else {
+    zn->wp = wp;
+    enter (z, zn, wp == zn->start ? S4K_ZC_EMPTY
+                  : wp == zn->start + zn->len ? S4K_ZC_FULL : S4K_ZC_CLOSED);
+  }
+  zone_unlock (z);              /* on record with file= */
+  return r;
+}
+
+void
+s4k_zones_power_loss (struct s4k_zones *z)
+{
+  pthread_mutex_lock (&z->lock);
+  for (uint32_t i = z->info.conventional; i < z->info.nr_zones; i++)
+    close_zone (z, &z->z[i]);
+  zone_unlock (z);
+}
+
+void
+s4k_zones_wps (struct s4k_zones *z, uint64_t *out)
+{
+  pthread_mutex_lock (&z->lock);
+  for (uint32_t i = 0; i < z->info.nr_zones; i++)
+    out[i] = z->z[i].wp;
+  pthread_mutex_unlock (&z->lock);
+}
