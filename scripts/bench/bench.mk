@@ -51,3 +51,12 @@ bench-upstream: $(SERVER) $(PLUGIN) $(FILTER)
 bench-scsi: $(PLUGIN) $(SERVER)
 	@scripts/install-deps && scripts/install-deps fio
 	SECT4K_VM_SUITES=scsi_bench tests/kernel/vm-test $(or $(BENCH_SCSI_KERNEL),6.12)
+
+# make bench-ublk: fio IOPS, 4 KiB random at QD 32, on one export served
+# at once as a ublk device, a SCSI disk and the kernel's nbd driver, in
+# one 6.12 guest (issue 35; 6.1 has no ublk_drv).  SECT4K_VM_SMP=2 for two
+# guest CPUs (two ublk queues).  Not part of bench.
+.PHONY: bench-ublk
+bench-ublk: $(PLUGIN) $(SERVER)
+	@scripts/install-deps && scripts/install-deps fio
+	SECT4K_VM_SUITES=ublk_bench tests/kernel/vm-test 6.12
