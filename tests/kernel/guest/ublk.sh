@@ -8,7 +8,8 @@
 #         failure and SIGTERM; a SIGKILLed server's device is deleted by
 #         the next start; with --ublk-recovery it stays, its I/O held, and
 #         the next start takes it over (ext4 mounted, a writer running);
-#         zoned=host-managed against the SCSI disk of the same keys.
+#         zoned=host-managed against the SCSI disk of the same keys, and
+#         btrfs on it (zone append; with the tools disk).
 #         Linux 6.1 has no ublk_drv in Debian: it skips.
 blockdev () { /opt/bin/blockdev "$@"; }
 
@@ -302,6 +303,49 @@ ublk_zoned () {
   diag "$pfx: $(( $(date +%s) - t0 )) s"
 }
 
+# ublk_zoned_btrfs: btrfs's zoned mode writes its data with zone append
+# (REQ_OP_ZONE_APPEND, btrfs_use_zone_append), each extent where the
+# device says it went: an 8 MiB file on a zoned ublk device reads back
+# after a remount (the page cache dropped) and scrub finds no error.
+# No conventional zones: btrfs would put its data there, without append.
+# Needs the tools disk (zoned.sh's zoned_tools).
+ublk_zoned_btrfs () {
+  local pfx="ublk zoned btrfs (zone append)" out sum t0
+  local keys="size=512M model=512e zoned=host-managed zone-size=4M"
+  t0=$(date +%s)
+  if ! zoned_tools; then ok "$pfx # SKIP $zoned_tools_why"; return; fi
+  # shellcheck disable=SC2086
+  sect4k-server $keys --ublk >/tmp/uzb.out 2>/tmp/uzb.log &
+  ublk_pid=$!
+  case_pids="$case_pids $ublk_pid"
+  wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/uzb.out || ! kill -0 $ublk_pid 2>/dev/null"
+  ublk_dev=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' /tmp/uzb.out | head -n 1)
+  if [ -z "$ublk_dev" ] || ! wait_for 10 test -b "$ublk_dev"; then
+    nok "$pfx: sect4k-server $keys --ublk made a device"
+    diag "$(cat /tmp/uzb.out /tmp/uzb.log)"; ublk_dev=; return
+  fi
+  out=$(mkfs.btrfs -f -d single -m single "$ublk_dev" 2>&1)
+  says "$pfx: mkfs.btrfs on $ublk_dev: a zoned device" "$out" 'Zoned device: *yes' || { diag "$out"; return; }
+  mkdir -p /mnt
+  check "$pfx: mount" mount -t btrfs "$ublk_dev" /mnt || return
+  head -c 8388608 /dev/urandom > /tmp/uzb.dat
+  sum=$(md5sum < /tmp/uzb.dat)
+  cp /tmp/uzb.dat /mnt/data && sync
+  umount /mnt
+  echo 3 > /proc/sys/vm/drop_caches
+  if mount -t btrfs "$ublk_dev" /mnt; then
+    is "$pfx: an 8 MiB file reads back after a remount" "$(md5sum < /mnt/data)" "$sum"
+    out=$(btrfs scrub start -B /mnt 2>&1)
+    says "$pfx: btrfs scrub: no errors found" "$out" 'Error summary: *no errors found' || diag "$out"
+    umount /mnt
+  else
+    nok "$pfx: mount again"
+  fi
+  rm -f /tmp/uzb.dat
+  ublk_stop "$pfx"
+  diag "$pfx: $(( $(date +%s) - t0 )) s"
+}
+
 suite_ublk () {
   local name L P rot wc max keys pfx before after
   if [ ! -e /dev/ublk-control ]; then
@@ -342,6 +386,8 @@ suite_ublk () {
   done < /tmp/ublk-cases
   ublk_zoned
   tidy "ublk zoned"
+  ublk_zoned_btrfs
+  tidy "ublk zoned btrfs"
   ublk_captive
   ublk_attach
   ublk_stale
