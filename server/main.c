@@ -322,10 +322,11 @@ zoned_refused (const struct s4k_exports *t, bool scsi, char *err,
 /* --ublk: the keys no ublk device takes, before the driver is looked for
  * (or any file made); then the driver itself. */
 static int
-ublk_keys_refused (const struct s4k_exports *t, char *err, size_t errlen)
+ublk_keys_refused (const struct s4k_exports *t, bool recovery, char *err,
+                   size_t errlen)
 {
   for (size_t i = 0; i < t->n; i++)
-    if (ublk_refused_keys (&t->v[i], t->named, err, errlen) == -1)
+    if (ublk_refused_keys (&t->v[i], t->named, recovery, err, errlen) == -1)
       return -1;
   return ublk_check (err, errlen);
 }
@@ -681,7 +682,8 @@ main (int argc, char **argv)
     return 1;
   if (s4k_exports_finish (&exports, err, sizeof err) == -1 ||
       (listening && zoned_refused (&exports, scsi, err, sizeof err)) ||
-      (ublk && ublk_keys_refused (&exports, err, sizeof err) == -1) ||
+      (ublk && ublk_keys_refused (&exports, ublk_recovery, err,
+                                  sizeof err) == -1) ||
       (run && (scsi || ublk) &&
        check_dev_names (&exports, err, sizeof err) == -1) ||
       s4k_exports_open (&exports, err, sizeof err) < 0 ||

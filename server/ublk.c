@@ -269,15 +269,23 @@ ublk_check (char *err, size_t errlen)
 }
 
 int
-ublk_refused_keys (const struct s4k_export *x, bool named, char *err,
-                   size_t errlen)
+ublk_refused_keys (const struct s4k_export *x, bool named, bool recovery,
+                   char *err, size_t errlen)
 {
-  if (x->cfg.zone.model != S4K_ZONED_HOST_AWARE)
+  const char *pre = named ? "export=" : "", *nm = named ? x->name : "",
+             *sep = named ? ": " : "";
+  if (x->cfg.zone.model == S4K_ZONED_HOST_AWARE)
+    snprintf (err, errlen, "--ublk: %s%s%szoned=host-aware: a ublk device "
+              "is host-managed or not zoned (Linux has no host-aware ublk): "
+              "use --scsi", pre, nm, sep);
+  /* The kernel resends what was in flight at the death: a write or an
+   * append the zones had already taken would fail or land twice. */
+  else if (x->cfg.zone.model != S4K_ZONED_NONE && recovery)
+    snprintf (err, errlen, "--ublk-recovery: %s%s%szoned=: the requests "
+              "resent after a restart would meet write pointers already "
+              "moved (a write fails, an append lands twice)", pre, nm, sep);
+  else
     return 0;
-  snprintf (err, errlen, "--ublk: %s%s%szoned=host-aware: a ublk device is "
-            "host-managed or not zoned (Linux has no host-aware ublk): use "
-            "--scsi", named ? "export=" : "", named ? x->name : "",
-            named ? ": " : "");
   return -1;
 }
 

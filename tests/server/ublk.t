@@ -33,6 +33,9 @@ refused "--ublk zoned=host-aware" \
   '^sect4k-server: --ublk: zoned=host-aware: a ublk device is host-managed or not zoned (Linux has no host-aware ublk): use --scsi$' \
   size=64M zoned=host-aware zone-size=4M file="$tmpdir/ha.img" --ublk
 ok "$([ ! -e "$tmpdir/ha.img" ]; echo $?)" "... and no file was made"
+refused "--ublk-recovery zoned=host-managed" \
+  '^sect4k-server: --ublk-recovery: zoned=: the requests resent after a restart would meet write pointers already moved (a write fails, an append lands twice)$' \
+  size=64M zoned=host-managed zone-size=4M --ublk --ublk-recovery
 refused "--ublk --scsi --run" '--run: give --scsi or --ublk, not both' \
   size=1M --ublk --scsi --run true
 refused "--ublk-recovery without --ublk" '--ublk-recovery needs --ublk' \
