@@ -304,7 +304,8 @@ write_stats (const char *file, const struct server *s)
   return 0;
 }
 
-/* NBD has no zone commands: a zoned export is served by --scsi alone. */
+/* NBD has no zone commands: a zoned export is served by --scsi or --ublk
+ * alone. */
 static bool
 zoned_refused (const struct s4k_exports *t, bool scsi, char *err,
                size_t errlen)
