@@ -304,7 +304,8 @@ write_stats (const char *file, const struct server *s)
   return 0;
 }
 
-/* NBD has no zone commands: a zoned export is served by --scsi alone. */
+/* NBD has no zone commands: a zoned export is served by --scsi or --ublk
+ * alone. */
 static bool
 zoned_refused (const struct s4k_exports *t, bool scsi, char *err,
                size_t errlen)
@@ -317,6 +318,18 @@ zoned_refused (const struct s4k_exports *t, bool scsi, char *err,
                              err, errlen) == -1)
       return true;
   return false;
+}
+
+/* --ublk: the keys no ublk device takes, before the driver is looked for
+ * (or any file made); then the driver itself. */
+static int
+ublk_keys_refused (const struct s4k_exports *t, bool recovery, char *err,
+                   size_t errlen)
+{
+  for (size_t i = 0; i < t->n; i++)
+    if (ublk_refused_keys (&t->v[i], t->named, recovery, err, errlen) == -1)
+      return -1;
+  return ublk_check (err, errlen);
 }
 
 /* --ublk: what ublk's parameters cannot say, refused in one line. */
@@ -618,10 +631,6 @@ main (int argc, char **argv)
     fprintf (stderr, PROG ": --ublk-recovery needs --ublk\n");
     return 1;
   }
-  if (ublk && ublk_check (err, sizeof err) == -1) {
-    fprintf (stderr, PROG ": %s\n", err);
-    return 1;
-  }
   /* --scsi or --ublk alone serves no NBD. */
   const bool listening = !(scsi || ublk) || unix_path || listen_spec ||
                          activated;
@@ -674,6 +683,8 @@ main (int argc, char **argv)
     return 1;
   if (s4k_exports_finish (&exports, err, sizeof err) == -1 ||
       (listening && zoned_refused (&exports, scsi, err, sizeof err)) ||
+      (ublk && ublk_keys_refused (&exports, ublk_recovery, err,
+                                  sizeof err) == -1) ||
       (run && (scsi || ublk) &&
        check_dev_names (&exports, err, sizeof err) == -1) ||
       s4k_exports_open (&exports, err, sizeof err) < 0 ||

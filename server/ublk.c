@@ -33,6 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <linux/blkzoned.h>
 #include <linux/ublk_cmd.h>
 
 #include "sect4k/scsi.h"
@@ -70,6 +71,46 @@ void log_msg (const char *fmt, ...) __attribute__ ((format (printf, 1, 2)));
   _IOWR ('u', UBLK_CMD_END_USER_RECOVERY, struct ublksrv_ctrl_cmd)
 #endif
 
+/* Zoned devices (Linux 6.6, include/uapi/linux/ublk_cmd.h; 6.1's header
+ * has none of it): UBLK_F_ZONED needs UBLK_F_USER_COPY (the data of
+ * each request is read and written with pread/pwrite on /dev/ublkcN at
+ * USER_COPY_POS, the commit's addr then carrying a zone append's LBA),
+ * the zone size in basic.chunk_sectors, the limits in a zoned
+ * parameter block after devt. */
+#ifndef UBLK_F_USER_COPY
+#define UBLK_F_USER_COPY (1ULL << 7)
+#endif
+#ifndef UBLK_F_ZONED
+#define UBLK_F_ZONED (1ULL << 8)
+#endif
+#ifndef UBLK_IO_OP_ZONE_OPEN
+#define UBLK_IO_OP_ZONE_OPEN 10
+#define UBLK_IO_OP_ZONE_CLOSE 11
+#define UBLK_IO_OP_ZONE_FINISH 12
+#define UBLK_IO_OP_ZONE_APPEND 13
+#define UBLK_IO_OP_ZONE_RESET_ALL 14
+#define UBLK_IO_OP_ZONE_RESET 15
+#define UBLK_IO_OP_REPORT_ZONES 18   /* nr_sectors is the zones asked */
+#endif
+#define PARAM_TYPE_ZONED (1 << 3)
+/* pread/pwrite offset of tag t's request data on queue q: the I/O area,
+ * the queue at bit 41, the tag at bit 25. */
+#define USER_COPY_POS(q, t) \
+  (0x80000000ull + ((uint64_t) (q) << 41) + ((uint64_t) (t) << 25))
+
+/* struct ublk_params as 6.6 lays it out: 6.1's stops after discard.
+ * len covers what the types say (an older kernel takes its own part). */
+struct uparams {
+  uint32_t len, types;
+  struct ublk_param_basic basic;
+  struct ublk_param_discard discard;
+  struct { uint32_t char_major, char_minor, disk_major, disk_minor; } devt;
+  struct {
+    uint32_t max_open_zones, max_active_zones, max_zone_append_sectors;
+    uint8_t reserved[20];
+  } zoned;
+};
+
 #define CONTROL "/dev/ublk-control"
 /* dev_info.ublksrv_flags of our devices: "S4K", the export's index and
  * the pid of the server that added it (the kernel sets ublksrv_pid to -1
@@ -103,6 +144,8 @@ struct utag {
   struct __kernel_timespec due;
   enum s4k_op op;
   uint64_t len, off, client_tag;
+  uint64_t append_lba;          /* a zone append's first 512-byte sector */
+  uint8_t uop;                  /* UBLK_IO_OP_... */
   int result;
   bool live;                    /* a command of ours holds the tag */
 };
@@ -136,6 +179,8 @@ struct udisk {
   struct s4k_export *x;
   struct s4k_dev *dev;
   bool timed, verbose;
+  struct s4k_zones *zones;      /* zoned=host-managed (user copy), or NULL */
+  unsigned sshift;              /* logical block = 512-byte sectors << it */
   int32_t id;                   /* -1 until added */
   int32_t recover;              /* a held device of ours to take over, or -1 */
   unsigned idx;                 /* the export's index */
@@ -224,6 +269,27 @@ ublk_check (char *err, size_t errlen)
 }
 
 int
+ublk_refused_keys (const struct s4k_export *x, bool named, bool recovery,
+                   char *err, size_t errlen)
+{
+  const char *pre = named ? "export=" : "", *nm = named ? x->name : "",
+             *sep = named ? ": " : "";
+  if (x->cfg.zone.model == S4K_ZONED_HOST_AWARE)
+    snprintf (err, errlen, "--ublk: %s%s%szoned=host-aware: a ublk device "
+              "is host-managed or not zoned (Linux has no host-aware ublk): "
+              "use --scsi", pre, nm, sep);
+  /* The kernel resends what was in flight at the death: a write or an
+   * append the zones had already taken would fail or land twice. */
+  else if (x->cfg.zone.model != S4K_ZONED_NONE && recovery)
+    snprintf (err, errlen, "--ublk-recovery: %s%s%szoned=: the requests "
+              "resent after a restart would meet write pointers already "
+              "moved (a write fails, an append lands twice)", pre, nm, sep);
+  else
+    return 0;
+  return -1;
+}
+
+int
 ublk_refused (const struct s4k_export *x, bool named, char *err,
               size_t errlen)
 {
@@ -231,9 +297,13 @@ ublk_refused (const struct s4k_export *x, bool named, char *err,
   const struct s4k_geometry *g = s4k_dev_geometry (x->dev);
   if (named)
     snprintf (who, sizeof who, "export=%s: ", x->name);
-  if (x->cfg.zone.model != S4K_ZONED_NONE)
-    snprintf (err, errlen, "--ublk: %szoned= is not served through ublk "
-              "yet: use --scsi", who);
+  struct s4k_zones_info zi = { 0 };
+  if (s4k_dev_zones (x->dev))
+    s4k_zones_info (s4k_dev_zones (x->dev), &zi);
+  if (zi.model && zi.capacity % zi.zone_lbas)
+    snprintf (err, errlen, "--ublk: %szoned=: size= is not a multiple of "
+              "zone-size=: ublk counts whole zones (the smaller last one "
+              "would be lost): use --scsi", who);
   else if (g->alignment)
     snprintf (err, errlen, "--ublk: %salignment offset %" PRIu32 ": ublk's "
               "parameters have no alignment offset (the disk would say 0): "
@@ -303,17 +373,124 @@ io_cmd (struct utag *t, unsigned op, int result)
   c->q_id = q->id;
   c->tag = t->tag;
   c->result = result;
-  c->addr = (uintptr_t) t->buf;
+  /* User copy: no buffer; a committed zone append says where it went. */
+  if (!q->d->zones)
+    c->addr = (uintptr_t) t->buf;
+  else if (op == UBLK_U_IO_COMMIT_AND_FETCH_REQ &&
+           t->uop == UBLK_IO_OP_ZONE_APPEND)
+    c->addr = t->append_lba;
   io_uring_sqe_set_data (sqe, &t->cmd);
+}
+
+/* What the kernel expects of a zone error (null_blk's): the open and
+ * active limits as BLK_STS_ZONE_OPEN_RESOURCE and _ACTIVE_RESOURCE
+ * (errno_to_blk_status), anything else EIO. */
+static int
+zone_errno (struct udisk *d, int r)
+{
+  const int zerr = s4k_zone_err_of (r);
+  if (!zerr)
+    return r;
+  if (zerr != S4K_ZERR_INSUFFICIENT_RESOURCES)
+    return -EIO;
+  struct s4k_zones_info zi;
+  struct s4k_zones_counts zc;
+  s4k_zones_info (d->zones, &zi);
+  s4k_zones_counts (d->zones, &zc);
+  return zi.max_active &&
+         zc.imp_open + zc.exp_open + zc.closed >= zi.max_active
+         ? -EOVERFLOW : -ETOOMANYREFS;
+}
+
+/* REPORT ZONES into the request: struct blk_zone in 512-byte sectors,
+ * as sd_zbc_parse_report makes them of the SCSI report (a conventional
+ * zone's pointer at its end, the capacity its length).  The bytes. */
+static int
+report_zones (struct utag *t, uint64_t sector, uint32_t nr)
+{
+  struct udisk *d = t->q->d;
+  struct blk_zone *bz = t->buf;
+  const uint32_t room = d->max_io / sizeof *bz;
+  uint64_t listed;
+  if (nr > room)
+    nr = room;
+  struct s4k_zone_desc *z = calloc (nr ? nr : 1, sizeof *z);
+  if (!z)
+    return -ENOMEM;
+  int n = s4k_zones_report (d->zones, sector >> d->sshift, 0, true, z, nr,
+                            &listed);
+  if (n < 0) {
+    free (z);
+    return zone_errno (d, s4k_zone_errno (-n));
+  }
+  memset (bz, 0, (size_t) nr * sizeof *bz);
+  for (int i = 0; i < n; i++) {
+    const uint64_t end = z[i].start + z[i].len;
+    bz[i] = (struct blk_zone) {
+      .start = z[i].start << d->sshift, .len = z[i].len << d->sshift,
+      .capacity = z[i].len << d->sshift,
+      .wp = (z[i].wp == UINT64_MAX ? end : z[i].wp) << d->sshift,
+      .type = z[i].type, .cond = z[i].cond, .non_seq = z[i].non_seq,
+      .reset = z[i].reset_recommended,
+    };
+  }
+  free (z);
+  /* Fewer than asked: the kernel stops at a zone of length 0. */
+  const size_t bytes = (size_t) (n < (int) nr ? n + 1 : n) * sizeof *bz;
+  ssize_t w = pwrite (d->cdev, bz, bytes, USER_COPY_POS (t->q->id, t->tag));
+  return w < 0 ? -errno : (int) w;
 }
 
 static void
 commit (struct utag *t, int r)
 {
+  struct udisk *d = t->q->d;
   t->q->busy--;
   if (r == 0 && (t->op == S4K_OP_READ || t->op == S4K_OP_WRITE))
     r = t->len;                 /* the bytes done */
+  /* User copy: a read's data into the request. */
+  if (d->zones && r > 0 && t->uop == UBLK_IO_OP_READ &&
+      pwrite (d->cdev, t->buf, t->len, USER_COPY_POS (t->q->id, t->tag))
+      != (ssize_t) t->len)
+    r = -EIO;
+  if (d->zones && r < 0)
+    r = zone_errno (d, r);
   io_cmd (t, UBLK_U_IO_COMMIT_AND_FETCH_REQ, r);
+}
+
+/* The zone operations and report of a zoned disk: synchronous, as the
+ * SCSI front end runs ZBC OUT (s4k_dev_zone_op: the write log, the zone
+ * records of file=, a reset's data discarded), not timed.  False if op
+ * is not one. */
+static bool
+zone_request (struct utag *t, unsigned op, uint64_t sector, uint32_t nr)
+{
+  struct udisk *d = t->q->d;
+  enum s4k_zone_op zop;
+  switch (op) {
+  case UBLK_IO_OP_REPORT_ZONES:
+    t->q->busy++;
+    commit (t, report_zones (t, sector, nr));
+    return true;
+  case UBLK_IO_OP_ZONE_OPEN: zop = S4K_ZOP_OPEN; break;
+  case UBLK_IO_OP_ZONE_CLOSE: zop = S4K_ZOP_CLOSE; break;
+  case UBLK_IO_OP_ZONE_FINISH: zop = S4K_ZOP_FINISH; break;
+  case UBLK_IO_OP_ZONE_RESET: case UBLK_IO_OP_ZONE_RESET_ALL:
+    zop = S4K_ZOP_RESET;
+    break;
+  default:
+    return false;
+  }
+  t->q->busy++;
+  s4k_fault_epoch (s4k_dev_power_cuts (d->dev));
+  int r = s4k_dev_zone_op (d->dev, zop, sector >> d->sshift,
+                           op == UBLK_IO_OP_ZONE_RESET_ALL);
+  if (r < 0 && d->verbose)
+    log_msg ("%s: zone operation %u at sector %" PRIu64 ": %s", d->name, op,
+             sector, s4k_zone_err_of (r)
+             ? s4k_zone_strerror (s4k_zone_err_of (r)) : s4k_strerror (-r));
+  commit (t, r);
+  return true;
 }
 
 static void
@@ -367,9 +544,17 @@ start_request (struct utag *t)
   int r;
   t->len = (uint64_t) iod->nr_sectors << 9;
   t->off = iod->start_sector << 9;
+  t->uop = op;
+  if (d->zones && zone_request (t, op, iod->start_sector, iod->nr_sectors))
+    return;
   switch (op) {
   case UBLK_IO_OP_READ: t->op = S4K_OP_READ; break;
   case UBLK_IO_OP_WRITE: t->op = S4K_OP_WRITE; break;
+  case UBLK_IO_OP_ZONE_APPEND:
+    if (!d->zones)
+      goto unsupported;
+    t->op = S4K_OP_WRITE;
+    break;
   case UBLK_IO_OP_FLUSH: t->op = S4K_OP_FLUSH; break;
   case UBLK_IO_OP_DISCARD: t->op = S4K_OP_TRIM; break;
   case UBLK_IO_OP_WRITE_ZEROES:
@@ -378,14 +563,23 @@ start_request (struct utag *t)
       flags |= S4K_MAY_TRIM;
     break;
   default:
+  unsupported:
     q->busy++;
     commit (t, -EOPNOTSUPP);
     return;
   }
-  if (t->len > d->max_io && (op == UBLK_IO_OP_READ ||
-                             op == UBLK_IO_OP_WRITE)) {
+  if (t->len > d->max_io && (t->op == S4K_OP_READ ||
+                             t->op == S4K_OP_WRITE)) {
     q->busy++;
     commit (t, -EINVAL);        /* not from a kernel that read our limits */
+    return;
+  }
+  /* User copy: a write's data from the request. */
+  if (d->zones && t->op == S4K_OP_WRITE &&
+      pread (d->cdev, t->buf, t->len, USER_COPY_POS (q->id, t->tag))
+      != (ssize_t) t->len) {
+    q->busy++;
+    commit (t, -EIO);
     return;
   }
   q->busy++;
@@ -396,6 +590,12 @@ start_request (struct utag *t)
   switch (t->op) {
   case S4K_OP_READ: r = s4k_aio_read (t->aio, t->buf, t->len, t->off); break;
   case S4K_OP_WRITE:
+    if (op == UBLK_IO_OP_ZONE_APPEND) {
+      /* The zones place it (at admission, before this returns). */
+      r = s4k_aio_zone_append (t->aio, t->buf, t->len, &t->off, flags);
+      t->append_lba = t->off >> 9;
+      break;
+    }
     r = s4k_aio_write (t->aio, t->buf, t->len, t->off, flags);
     break;
   case S4K_OP_ZERO: r = s4k_aio_zero (t->aio, t->len, t->off, flags); break;
@@ -487,7 +687,7 @@ pid_dead (long pid)
 }
 
 static void fill_params (struct udisk *d, bool readonly,
-                         struct ublk_params *p);
+                         struct uparams *p);
 
 /* A held device (of a dead server with user recovery) that export d can
  * take over: the same queue depth and parameters.  NULL or why not. */
@@ -495,7 +695,7 @@ static const char *
 recoverable (struct udisk *d, uint32_t id,
              const struct ublksrv_ctrl_dev_info *info)
 {
-  struct ublk_params mine, its = { .len = sizeof its };
+  struct uparams mine, its = { .len = sizeof its };
   if (!(info->flags & UBLK_F_USER_RECOVERY))
     return "it was added without --ublk-recovery";
   if (info->state != UBLK_S_DEV_QUIESCED)
@@ -569,7 +769,7 @@ shift_of (uint64_t v)
 
 /* The kernel's parameters from the export's keys and geometry. */
 static void
-fill_params (struct udisk *d, bool readonly, struct ublk_params *p)
+fill_params (struct udisk *d, bool readonly, struct uparams *p)
 {
   const struct s4k_geometry *g = s4k_dev_geometry (d->dev);
   struct s4k_scsi_params sp;
@@ -577,7 +777,7 @@ fill_params (struct udisk *d, bool readonly, struct ublk_params *p)
    * keys, read once. */
   s4k_scsi_params_from_config (&sp, &d->x->cfg, g, d->max_io);
   memset (p, 0, sizeof *p);
-  p->len = sizeof *p;
+  p->len = offsetof (struct uparams, devt);
   p->types = UBLK_PARAM_TYPE_BASIC;
   p->basic.logical_bs_shift = shift_of (g->logical);
   p->basic.physical_bs_shift = shift_of (g->physical);
@@ -602,6 +802,19 @@ fill_params (struct udisk *d, bool readonly, struct ublk_params *p)
     p->discard.max_discard_sectors = S4K_SCSI_MAX_UNMAP_BYTES >> 9;
     p->discard.max_write_zeroes_sectors = S4K_SCSI_MAX_WRITE_SAME_BYTES >> 9;
     p->discard.max_discard_segments = 1;
+  }
+  if (d->zones) {
+    /* Host-managed: the zone size, the limits (ublk has the active one,
+     * which SCSI lacks), and zone append, which ublk requires (Linux
+     * 6.12 refuses SET_PARAMS without it): up to a request. */
+    struct s4k_zones_info zi;
+    s4k_zones_info (d->zones, &zi);
+    p->len = sizeof *p;
+    p->types |= PARAM_TYPE_ZONED;
+    p->basic.chunk_sectors = zi.zone_lbas << d->sshift;
+    p->zoned.max_open_zones = zi.max_open;
+    p->zoned.max_active_zones = zi.max_active;
+    p->zoned.max_zone_append_sectors = d->max_io >> 9;
   }
 }
 
@@ -673,8 +886,9 @@ disk_start (struct udisk *d, bool readonly, unsigned nq, char *err,
     .max_io_buf_bytes = d->max_io, .dev_id = (uint32_t) -1,
     .ublksrv_pid = getpid (), .ublksrv_flags = FLAGS (d->idx, getpid ()),
     /* REISSUE: what was in flight at the death is sent again. */
-    .flags = f->recovery ? UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE
-                         : 0,
+    .flags = (f->recovery ? UBLK_F_USER_RECOVERY |
+                            UBLK_F_USER_RECOVERY_REISSUE : 0) |
+             (d->zones ? UBLK_F_ZONED | UBLK_F_USER_COPY : 0),
   };
   char path[64];
   int r;
@@ -706,13 +920,26 @@ disk_start (struct udisk *d, bool readonly, unsigned nq, char *err,
     d->started = true;
   }
   else {
+    static const char nozones[] = "--ublk: zoned=: this kernel's ublk has "
+      "no zoned devices (UBLK_F_ZONED: Linux 6.6 or later, with "
+      "CONFIG_BLK_DEV_ZONED): use --scsi";
     r = ctrl_cmd (f, UBLK_U_CMD_ADD_DEV, -1, &info, sizeof info, 0);
     if (r < 0) {
-      snprintf (err, errlen, "--ublk: ADD_DEV: %s", s4k_strerror (-r));
+      /* 6.6 and later refuse UBLK_F_ZONED without CONFIG_BLK_DEV_ZONED. */
+      if (r == -EINVAL && d->zones)
+        snprintf (err, errlen, "%s", nozones);
+      else
+        snprintf (err, errlen, "--ublk: ADD_DEV: %s", s4k_strerror (-r));
       return -1;
     }
     d->id = info.dev_id;
     snprintf (d->name, sizeof d->name, "ublkb%" PRId32, d->id);
+    /* Before 6.6 the kernel drops the flags it does not know. */
+    if (d->zones && (info.flags & (UBLK_F_ZONED | UBLK_F_USER_COPY)) !=
+                    (UBLK_F_ZONED | UBLK_F_USER_COPY)) {
+      snprintf (err, errlen, "%s", nozones);
+      return -1;
+    }
     nq = info.nr_hw_queues;     /* the kernel gives at most one per CPU */
     if (f->recovery && !(info.flags & UBLK_F_USER_RECOVERY_REISSUE)) {
       snprintf (err, errlen, "--ublk-recovery: this kernel's ublk has no "
@@ -722,7 +949,7 @@ disk_start (struct udisk *d, bool readonly, unsigned nq, char *err,
     /* The kernel may round the buffer size down (to pages). */
     if (info.max_io_buf_bytes < d->max_io)
       d->max_io = info.max_io_buf_bytes & ~(uint32_t) 4095;
-    struct ublk_params p;
+    struct uparams p;
     fill_params (d, readonly, &p);
     if ((r = ctrl_cmd (f, UBLK_U_CMD_SET_PARAMS, d->id, &p, sizeof p,
                        0)) < 0) {
@@ -869,6 +1096,8 @@ ublk_start (struct s4k_exports *t, bool readonly, bool recovery,
     d->cdev = -1;
     d->verbose = verbose;
     d->timed = s4k_dev_timed (d->dev);
+    d->zones = s4k_dev_zones (d->dev);
+    d->sshift = shift_of (s4k_dev_geometry (d->dev)->logical) - 9;
     /* Whole pages (ublk's buffers are), within max-request. */
     d->max_io = s4k_dev_max_request (d->dev) & ~(uint32_t) 4095;
   }

@@ -15,6 +15,11 @@
  * -1 with one line in err saying what is missing and how to fix it. */
 int ublk_check (char *err, size_t errlen);
 
+/* What no ublk device is, from export x's keys alone (zoned=host-aware;
+ * zoned= with --ublk-recovery): -1 with err filled, else 0. */
+int ublk_refused_keys (const struct s4k_export *x, bool named, bool recovery,
+                       char *err, size_t errlen);
+
 /* What the kernel's ublk parameters cannot say about export x: -1 with
  * err filled for a key that --ublk refuses (zoned=, an alignment
  * offset, a logical size above 4096), 0 otherwise (a warning for the

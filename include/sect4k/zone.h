@@ -155,6 +155,17 @@ void s4k_zones_counts (struct s4k_zones *z, struct s4k_zones_counts *out);
  * at one write pointer are never both accepted.  0 or -S4K_ZERR_*; a
  * refused write changes nothing.  nlba 0: only the range is checked. */
 int s4k_zones_write (struct s4k_zones *z, uint64_t lba, uint64_t nlba);
+/* Zone append (NVMe ZNS, ublk's UBLK_IO_OP_ZONE_APPEND): a write of nlba
+ * blocks at the write pointer of the host-managed sequential zone
+ * starting at zone_lba, the pointer read, checked and moved as
+ * s4k_zones_write does, under one lock, so that appends racing each
+ * other (or writes) each get their own blocks.  0 with *lba where it
+ * goes, or -S4K_ZERR_* (NOT_ZONE_START, NOT_WRITE_POINTER_ZONE for a
+ * conventional zone or a host-aware drive, WRITE_BOUNDARY past the
+ * zone's end, and the write's errors); a refused append changes
+ * nothing. */
+int s4k_zones_append (struct s4k_zones *z, uint64_t zone_lba, uint64_t nlba,
+                      uint64_t *lba);
 /* A write of [lba, lba + nlba) that s4k_zones_write accepted failed in
  * the store: its zone's write pointer moves back to lba if no later
  * write was accepted there (the pointer is still at the write's end),
@@ -234,6 +245,16 @@ struct s4k_zones *s4k_dev_zones (const struct s4k_dev *d);
  * store's -errno, or s4k_zone_errno. */
 int s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op,
                      uint64_t zone_lba, bool all);
+/* Zone append on device d (S4K_ZONE_APPEND): len bytes written at the
+ * write pointer of the zone starting at byte *off, *off set to where
+ * (bytes) once the zones accepted it, before the call returns (also
+ * when s4k_aio_zone_append returns 1, in flight); otherwise as
+ * s4k_write / s4k_aio_write (a store that fails moves the pointer back).
+ * A zone error is s4k_zone_errno. */
+int s4k_dev_zone_append (struct s4k_dev *d, const void *buf, uint64_t len,
+                         uint64_t *off, unsigned flags);
+int s4k_aio_zone_append (struct s4k_aio *a, const void *buf, uint64_t len,
+                         uint64_t *off, unsigned flags);
 
 /* ---- the zone state in a file (lib/zone/zone_file.c) -------------------
 

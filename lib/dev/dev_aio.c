@@ -135,6 +135,20 @@ s4k_aio_write (struct s4k_aio *a, const void *buf, uint64_t len, uint64_t off,
 }
 
 int
+s4k_aio_zone_append (struct s4k_aio *a, const void *buf, uint64_t len,
+                     uint64_t *off, unsigned flags)
+{
+  if (!a->d->store->async || !a->d->zones)
+    return s4k_dev_zone_append (a->d, buf, len, off, flags);
+  /* begin() places it before aio_begin returns. */
+  a->q.off = *off;
+  int r = aio_begin (a, S4K_OP_WRITE, (void *) buf, len, *off,
+                     (flags & ~S4K_ZONE_RAW) | S4K_ZONE_APPEND);
+  *off = a->q.off;
+  return r;
+}
+
+int
 s4k_aio_zero (struct s4k_aio *a, uint64_t len, uint64_t off, unsigned flags)
 {
   if (!a->d->store->async)

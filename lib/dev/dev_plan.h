@@ -353,21 +353,34 @@ zone_clip_trim (const struct s4k_dev *d, uint64_t len, uint64_t off)
  * zone lock and before any sector lock; a read must not touch an
  * offline zone nor cross zone types.  0 or a zone error (s4k_zone_errno). */
 static __attribute__ ((noinline)) int
-zone_admit (struct s4k_dev *d, enum s4k_op op, uint64_t len, uint64_t off,
-            unsigned flags)
+zone_admit (struct s4k_dev *d, struct request *q, enum s4k_op op,
+            uint64_t len, uint64_t off, unsigned flags)
 {
   if (flags & S4K_ZONE_RAW)
     return 0;
-  const uint64_t lba = off >> d->lbits, n = len >> d->lbits;
+  uint64_t lba = off >> d->lbits;
+  const uint64_t n = len >> d->lbits;
   int r = 0;
   if (op == S4K_OP_READ)
     r = s4k_zones_read (d->zones, lba, n);
-  else if (op == S4K_OP_WRITE || op == S4K_OP_ZERO) {
+  else if (op == S4K_OP_WRITE && (flags & S4K_ZONE_APPEND)) {
+    /* Planned at the zone's start; the zones give the write pointer,
+     * and the plan is made again there. */
+    if ((r = s4k_zones_append (d->zones, lba, n, &lba)) == 0) {
+      q->off = lba << d->lbits;
+      int e = plan (d, op, len, q->off, flags, &q->s, &q->t);
+      if (e) {
+        s4k_zones_rewind (d->zones, lba, n);
+        return e == 1 ? 0 : e;
+      }
+    }
+  }
+  else if (op == S4K_OP_WRITE || op == S4K_OP_ZERO)
     r = s4k_zones_write (d->zones, lba, n);
+  if (r == 0 && (op == S4K_OP_WRITE || op == S4K_OP_ZERO)) {
     /* FUA: its zone's record durable with the data (file=). */
     int e;
-    if (r == 0 && (flags & S4K_FUA) && d->zmap &&
-        (e = dev_zones_file_sync (d, lba))) {
+    if ((flags & S4K_FUA) && d->zmap && (e = dev_zones_file_sync (d, lba))) {
       s4k_zones_rewind (d->zones, lba, n);
       return e;
     }
@@ -408,7 +421,7 @@ begin (struct s4k_dev *d, struct request *q, enum s4k_op op, void *buf,
     q->len = len = zone_clip_trim (d, len, off);
   int r = plan (d, op, len, off, flags, &q->s, &q->t);
   if (__builtin_expect (d->zones != NULL, 0) && r == 0) {
-    r = zone_admit (d, op, len, off, flags);
+    r = zone_admit (d, q, op, len, off, flags);
     q->zoned = r == 0 && !(flags & S4K_ZONE_RAW) &&
                (op == S4K_OP_WRITE || op == S4K_OP_ZERO);
   }

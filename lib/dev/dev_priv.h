@@ -74,6 +74,9 @@ struct s4k_dev {
 /* A request the device makes itself on a zoned device (the data a zone
  * reset discards): not checked against the zones. */
 #define S4K_ZONE_RAW 0x80000000u
+/* A write at its zone's write pointer (s4k_dev_zone_append): the offset
+ * it comes with is the zone's start; the zones say where it goes. */
+#define S4K_ZONE_APPEND 0x40000000u
 
 /* dev_format.c: the record of a logical size FORMAT UNIT set on a file=
  * store, FILE.sect4k-geometry.  init: d->geom_record for a regular file

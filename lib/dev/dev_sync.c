@@ -46,13 +46,16 @@ bounce (size_t len)
 
 /* ---- the synchronous driver ------------------------------------------- */
 
+/* at: where the request went (an append's write pointer), or NULL. */
 S4K_INLINE int
-sync_request (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
-              uint64_t off, unsigned flags)
+sync_request_at (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
+                 uint64_t off, unsigned flags, uint64_t *at)
 {
   struct request q;
   struct s4k_store_req sq;
   int r = begin (d, &q, op, buf, len, off, flags);
+  if (at)
+    *at = q.off;
   if (r == 0 && needs_cut (&q) &&
       !(q.cut = bounce (2 * (size_t) d->g.physical)))
     r = -ENOMEM;
@@ -61,6 +64,13 @@ sync_request (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
     return counted (d, op, len, off, r == 1 ? 0 : r, q.t);
   }
   return run (d, &q, &sq, NULL, ST_START, 0);
+}
+
+S4K_INLINE int
+sync_request (struct s4k_dev *d, enum s4k_op op, void *buf, uint64_t len,
+              uint64_t off, unsigned flags)
+{
+  return sync_request_at (d, op, buf, len, off, flags, NULL);
 }
 
 /* True for a read or write of whole physical sectors inside the device,
@@ -239,6 +249,16 @@ zone_sync (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
   return fault_zone_sync (d->fault, len < d->g.size - start
                                     ? len : d->g.size - start, start,
                           pointer);
+}
+
+int
+s4k_dev_zone_append (struct s4k_dev *d, const void *buf, uint64_t len,
+                     uint64_t *off, unsigned flags)
+{
+  if (!d->zones)
+    return -EINVAL;
+  return sync_request_at (d, S4K_OP_WRITE, (void *) buf, len, *off,
+                          (flags & ~S4K_ZONE_RAW) | S4K_ZONE_APPEND, off);
 }
 
 int

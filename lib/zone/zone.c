@@ -476,6 +476,34 @@ s4k_zones_write (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
   return r;
 }
 
+int
+s4k_zones_append (struct s4k_zones *z, uint64_t zone_lba, uint64_t nlba,
+                  uint64_t *lba)
+{
+  if (zone_lba >= z->info.capacity)
+    return -S4K_ZERR_LBA_OUT_OF_RANGE;
+  pthread_mutex_lock (&z->lock);
+  struct zone *zn = zone_of (z, zone_lba);
+  int r;
+  if (zn->start != zone_lba)
+    r = -S4K_ZERR_NOT_ZONE_START;
+  else if (z->info.model != S4K_ZONED_HOST_MANAGED ||
+           zn->type == S4K_ZT_CONVENTIONAL)
+    r = -S4K_ZERR_NOT_WRITE_POINTER_ZONE;
+  else if ((r = bad_cond (zn)))
+    ;
+  else if (zn->cond == S4K_ZC_FULL)
+    r = -S4K_ZERR_ZONE_FULL;
+  else if (nlba > zn->start + zn->len - zn->wp)
+    r = -S4K_ZERR_WRITE_BOUNDARY;
+  else {
+    *lba = zn->wp;
+    r = nlba ? write_managed (z, zn->wp, nlba) : 0;
+  }
+  zone_unlock (z);
+  return r;
+}
+
 bool
 s4k_zones_rewind (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
 {

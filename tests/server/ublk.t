@@ -3,7 +3,8 @@
 # sect4k-server --ublk on a host without ublk_drv (this one; the real
 # devices are tested in the guest kernels, tests/kernel/guest/ublk.sh):
 # one line saying the driver is missing and how to load it, exit 1, and
-# nothing made; --run with both --scsi and --ublk refused; --help.
+# nothing made; zoned=host-aware refused from its keys (ublk zones are
+# host-managed); --run with both --scsi and --ublk refused; --help.
 . "$(dirname "$0")/../lib.sh"
 need_server
 [ ! -e /dev/ublk-control ] ||
@@ -25,6 +26,16 @@ ok "$([ ! -e "$tmpdir/s.sock" ]; echo $?)" "... and no socket was made"
 refused "--ublk with file=" "$nomod" size=1M file="$tmpdir/disk.img" --ublk
 ok "$([ ! -e "$tmpdir/disk.img" ]; echo $?)" "... and no file was made"
 refused "--ublk with exports= and --run" "$nomod" exports=512n,4kn size=1M --ublk --run true
+# Zones: host-managed goes on to the driver; host-aware is no ublk device
+# (refused from the keys, before the driver is looked for or a file made).
+refused "--ublk zoned=host-managed" "$nomod" size=64M zoned=host-managed zone-size=4M --ublk
+refused "--ublk zoned=host-aware" \
+  '^sect4k-server: --ublk: zoned=host-aware: a ublk device is host-managed or not zoned (Linux has no host-aware ublk): use --scsi$' \
+  size=64M zoned=host-aware zone-size=4M file="$tmpdir/ha.img" --ublk
+ok "$([ ! -e "$tmpdir/ha.img" ]; echo $?)" "... and no file was made"
+refused "--ublk-recovery zoned=host-managed" \
+  '^sect4k-server: --ublk-recovery: zoned=: the requests resent after a restart would meet write pointers already moved (a write fails, an append lands twice)$' \
+  size=64M zoned=host-managed zone-size=4M --ublk --ublk-recovery
 refused "--ublk --scsi --run" '--run: give --scsi or --ublk, not both' \
   size=1M --ublk --scsi --run true
 refused "--ublk-recovery without --ublk" '--ublk-recovery needs --ublk' \

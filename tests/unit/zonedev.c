@@ -349,6 +349,94 @@ test_race (void)
   s4k_dev_close (race_dev);
 }
 
+/* Zone append: at the write pointer, which the zones choose; refused
+ * off a zone start, on a conventional zone, past the zone's end, on a
+ * full zone; the pointer and the data follow; concurrent appends each
+ * get their own blocks. */
+struct appender { struct s4k_dev *d; uint64_t at[64]; int r; };
+
+static void *
+append_thread (void *opaque)
+{
+  struct appender *a = opaque;
+  char buf[4096];
+  memset (buf, 0x5a, sizeof buf);
+  for (int i = 0; i < 64 && !a->r; i++) {
+    a->at[i] = B (Z (3));
+    a->r = s4k_dev_zone_append (a->d, buf, 4096, &a->at[i], 0);
+  }
+  return NULL;
+}
+
+static void
+test_append (void)
+{
+  struct s4k_dev *d = open_dev ("size=64M model=512e zoned=host-managed "
+                                "zone-size=4M zone-conventional=1");
+  char *buf = malloc (65536), *rd = malloc (65536);
+  memset (buf, 0xcd, 65536);
+  uint64_t off = B (Z (1));
+  ok (s4k_write (d, buf, 4096, B (Z (1)), 0) == 0 &&
+      s4k_dev_zone_append (d, buf, 8192, &off, 0) == 0 &&
+      off == B (Z (1) + 8) && zone (d, Z (1)).wp == Z (1) + 24,
+      "an append after 8 LBAs goes to LBA +8 (got +%llu), the pointer +24",
+      (unsigned long long) (off / 512 - Z (1)));
+  ok (s4k_read (d, rd, 12288, B (Z (1))) == 0 && all_bytes (rd, 12288, 0xcd),
+      "... its data is there");
+  off = B (Z (1) + 8);
+  ok (s4k_zone_err_of (s4k_dev_zone_append (d, buf, 4096, &off, 0)) ==
+      S4K_ZERR_NOT_ZONE_START && zone (d, Z (1)).wp == Z (1) + 24,
+      "an append off a zone start: NOT_ZONE_START, nothing moves");
+  off = 0;
+  ok (s4k_zone_err_of (s4k_dev_zone_append (d, buf, 4096, &off, 0)) ==
+      S4K_ZERR_NOT_WRITE_POINTER_ZONE, "an append to a conventional zone: "
+      "NOT_WRITE_POINTER_ZONE");
+  off = B (Z (2));
+  for (int i = 0; i < 63; i++)
+    s4k_dev_zone_append (d, buf, 65536, &off, 0), off = B (Z (2));
+  s4k_dev_zone_append (d, buf, 61440, &off, 0), off = B (Z (2));
+  ok (s4k_zone_err_of (s4k_dev_zone_append (d, buf, 8192, &off, 0)) ==
+      S4K_ZERR_WRITE_BOUNDARY && zone (d, Z (2)).wp == Z (2) + 8184,
+      "an append past the zone's end: WRITE_BOUNDARY, the pointer stays");
+  off = B (Z (2));
+  ok (s4k_dev_zone_append (d, buf, 4096, &off, 0) == 0 &&
+      off == B (Z (2) + 8184) && zone (d, Z (2)).cond == S4K_ZC_FULL,
+      "... one that fits goes in, at the last 8 LBAs: the zone is full");
+  ok (s4k_dev_zone_op (d, S4K_ZOP_FINISH, Z (2), false) == 0 &&
+      (off = B (Z (2)), s4k_zone_err_of (s4k_dev_zone_append (d, buf, 512, &off,
+                                                              0))) ==
+      S4K_ZERR_ZONE_FULL, "an append to a full zone: ZONE_FULL");
+  struct appender a[4];
+  for (int i = 0; i < 4; i++)
+    a[i] = (struct appender) { .d = d };
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++)
+    pthread_create (&th[i], NULL, append_thread, &a[i]);
+  for (int i = 0; i < 4; i++)
+    pthread_join (th[i], NULL);
+  static bool seen[256];
+  bool tiled = true;
+  for (int i = 0; i < 4; i++)
+    for (int k = 0; k < 64; k++) {
+      const uint64_t blk = (a[i].at[k] - B (Z (3))) / 4096;
+      tiled = tiled && !a[i].r && blk < 256 && !seen[blk];
+      if (blk < 256)
+        seen[blk] = true;
+    }
+  ok (tiled && zone (d, Z (3)).wp == Z (3) + 2048,
+      "4 threads x 64 appends of 4 KiB: each a block of its own, the "
+      "pointer after the 256");
+  struct s4k_dev *ha = open_dev ("size=64M model=512e zoned=host-aware "
+                                 "zone-size=4M");
+  off = B (Z (1));
+  ok (s4k_zone_err_of (s4k_dev_zone_append (ha, buf, 4096, &off, 0)) ==
+      S4K_ZERR_NOT_WRITE_POINTER_ZONE, "host-aware: no append");
+  s4k_dev_close (ha);
+  s4k_dev_close (d);
+  free (buf);
+  free (rd);
+}
+
 int
 main (void)
 {
@@ -356,5 +444,6 @@ main (void)
   test_writes ();
   test_rewind ();
   test_race ();
+  test_append ();
   return done_testing ();
 }

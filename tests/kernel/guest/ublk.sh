@@ -7,7 +7,10 @@
 #         against its report; --ublk --run leaves no device on success,
 #         failure and SIGTERM; a SIGKILLed server's device is deleted by
 #         the next start; with --ublk-recovery it stays, its I/O held, and
-#         the next start takes it over (ext4 mounted, a writer running).  Linux 6.1 has no ublk_drv in Debian: it skips.
+#         the next start takes it over (ext4 mounted, a writer running);
+#         zoned=host-managed against the SCSI disk of the same keys, and
+#         btrfs on it (zone append; with the tools disk).
+#         Linux 6.1 has no ublk_drv in Debian: it skips.
 blockdev () { /opt/bin/blockdev "$@"; }
 
 # NAME L P ROT WC MAXREQ(KiB) KEYS: what the kernel must show.  Timing
@@ -245,6 +248,104 @@ ublk_recovery () {
   rm -f /tmp/rec.img /tmp/rec.src
 }
 
+# ublk_zoned: zoned=host-managed through ublk against the sect4k SCSI
+# disk of the same keys (zoned.sh's ZONED_KEYS, 512e): the queue's zone
+# fields (zoned_sysfs) but zone_write_granularity, which ublk cannot set,
+# then `blkzone report` line by line after zoned_ops (writes, opens,
+# closes, finishes, resets, and a write below a write pointer refused).
+ublk_zoned () {
+  local pfx="ublk zoned 512e" t0 ref ref_ops out q zam
+  t0=$(date +%s)
+  command -v blkzone >/dev/null || { ok "$pfx # SKIP no blkzone in the guest"; return; }
+  # shellcheck disable=SC2086
+  sect4k-server size=${ZONED_MB}M model=512e $ZONED_KEYS --scsi >/tmp/uz-scsi.out 2>/tmp/uz-scsi.log &
+  scsi_pid=$!
+  wait_for 60 sh -c "grep -q '^/dev/sd' /tmp/uz-scsi.out || ! kill -0 $scsi_pid 2>/dev/null"
+  scsi_dev=$(sed -n 's|^\(/dev/sd[a-z]*\).*|\1|p' /tmp/uz-scsi.out | head -n 1)
+  if [ -z "$scsi_dev" ] || [ ! -b "$scsi_dev" ]; then
+    nok "$pfx: the SCSI disk of the same keys (the reference)"
+    diag "$(cat /tmp/uz-scsi.out /tmp/uz-scsi.log)"; return
+  fi
+  ref=$(zoned_sysfs "$scsi_dev" | sed 's/ zone_write_granularity=[0-9]*//')
+  ref_ops=$(zoned_ops "$scsi_dev")
+  stop_pid "$scsi_pid" 60
+  scsi_pid= scsi_dev=
+  # shellcheck disable=SC2086
+  sect4k-server size=${ZONED_MB}M model=512e $ZONED_KEYS --ublk >/tmp/uz.out 2>/tmp/uz.log &
+  ublk_pid=$!
+  case_pids="$case_pids $ublk_pid"
+  wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/uz.out || ! kill -0 $ublk_pid 2>/dev/null"
+  ublk_dev=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' /tmp/uz.out | head -n 1)
+  if [ -z "$ublk_dev" ] || ! wait_for 10 test -b "$ublk_dev"; then
+    nok "$pfx: sect4k-server --ublk $ZONED_KEYS made a device"
+    diag "$(cat /tmp/uz.out /tmp/uz.log)"; ublk_dev=; return
+  fi
+  ok "$pfx: sect4k-server --ublk $ZONED_KEYS made $ublk_dev"
+  q=/sys/block/${ublk_dev#/dev/}/queue
+  is "$pfx: the queue's zone fields equal the SCSI disk's" \
+    "$(zoned_sysfs "$ublk_dev" | sed 's/ zone_write_granularity=[0-9]*//')" "$ref"
+  diag "$pfx: $ref; zone_write_granularity $(cat $q/zone_write_granularity) (ublk has no parameter for it)"
+  zam=$(cat $q/zone_append_max_bytes)
+  check "$pfx: zone_append_max_bytes $zam: zone append offered (ublk requires it), at most max_hw_sectors_kb" \
+    test "$zam" -gt 0 -a "$zam" -le $(( $(cat $q/max_hw_sectors_kb) * 1024 ))
+  out=$(zoned_ops "$ublk_dev")
+  if [ "$out" = "$ref_ops" ]; then
+    ok "$pfx: blkzone report after the same writes, opens, closes, finishes and resets: equal to the SCSI disk's, line by line"
+  else
+    nok "$pfx: blkzone report equals the SCSI disk's line by line"
+    printf '%s\n' "$ref_ops" > /tmp/uz-ref.txt; printf '%s\n' "$out" > /tmp/uz-ublk.txt
+    diag "$(diff /tmp/uz-ref.txt /tmp/uz-ublk.txt | head -n 40)"
+  fi
+  says "$pfx: ... a write below zone 1's write pointer failed; closed, full, open zones shown" "$out" \
+    "^a write below zone 1's write pointer: " 'zcond: 4(cl)' 'zcond:14(fu)' 'zcond: 3(oe)'
+  diag "$(printf '%s\n' "$out" | head -n 10)"
+  ublk_stop "$pfx"
+  diag "$pfx: $(( $(date +%s) - t0 )) s"
+}
+
+# ublk_zoned_btrfs: btrfs's zoned mode writes its data with zone append
+# (REQ_OP_ZONE_APPEND, btrfs_use_zone_append), each extent where the
+# device says it went: an 8 MiB file on a zoned ublk device reads back
+# after a remount (the page cache dropped) and scrub finds no error.
+# No conventional zones: btrfs would put its data there, without append.
+# Needs the tools disk (zoned.sh's zoned_tools).
+ublk_zoned_btrfs () {
+  local pfx="ublk zoned btrfs (zone append)" out sum t0
+  local keys="size=512M model=512e zoned=host-managed zone-size=4M"
+  t0=$(date +%s)
+  if ! zoned_tools; then ok "$pfx # SKIP $zoned_tools_why"; return; fi
+  # shellcheck disable=SC2086
+  sect4k-server $keys --ublk >/tmp/uzb.out 2>/tmp/uzb.log &
+  ublk_pid=$!
+  case_pids="$case_pids $ublk_pid"
+  wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/uzb.out || ! kill -0 $ublk_pid 2>/dev/null"
+  ublk_dev=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' /tmp/uzb.out | head -n 1)
+  if [ -z "$ublk_dev" ] || ! wait_for 10 test -b "$ublk_dev"; then
+    nok "$pfx: sect4k-server $keys --ublk made a device"
+    diag "$(cat /tmp/uzb.out /tmp/uzb.log)"; ublk_dev=; return
+  fi
+  out=$(mkfs.btrfs -f -d single -m single "$ublk_dev" 2>&1)
+  says "$pfx: mkfs.btrfs on $ublk_dev: a zoned device" "$out" 'Zoned device: *yes' || { diag "$out"; return; }
+  mkdir -p /mnt
+  check "$pfx: mount" mount -t btrfs "$ublk_dev" /mnt || return
+  head -c 8388608 /dev/urandom > /tmp/uzb.dat
+  sum=$(md5sum < /tmp/uzb.dat)
+  cp /tmp/uzb.dat /mnt/data && sync
+  umount /mnt
+  echo 3 > /proc/sys/vm/drop_caches
+  if mount -t btrfs "$ublk_dev" /mnt; then
+    is "$pfx: an 8 MiB file reads back after a remount" "$(md5sum < /mnt/data)" "$sum"
+    out=$(btrfs scrub start -B /mnt 2>&1)
+    says "$pfx: btrfs scrub: no errors found" "$out" 'Error summary: *no errors found' || diag "$out"
+    umount /mnt
+  else
+    nok "$pfx: mount again"
+  fi
+  rm -f /tmp/uzb.dat
+  ublk_stop "$pfx"
+  diag "$pfx: $(( $(date +%s) - t0 )) s"
+}
+
 suite_ublk () {
   local name L P rot wc max keys pfx before after
   if [ ! -e /dev/ublk-control ]; then
@@ -283,6 +384,10 @@ suite_ublk () {
     fi
     ublk_stop "$pfx"
   done < /tmp/ublk-cases
+  ublk_zoned
+  tidy "ublk zoned"
+  ublk_zoned_btrfs
+  tidy "ublk zoned btrfs"
   ublk_captive
   ublk_attach
   ublk_stale
