@@ -388,7 +388,7 @@ sect4k_config_complete (nbdkit_next_config_complete *next,
 {
   char err[512];
   if (s4k_config_finish (&cfg, err, sizeof err) == -1 ||
-      s4k_zone_refuse_nbd (&cfg.zone, NULL, "with sect4k-server --scsi",
+      s4k_zone_refuse_nbd (&cfg.zone, NULL, "sect4k-server ", false,
                            err, sizeof err) == -1) {
     nbdkit_error ("%s", err);
     return -1;

@@ -91,7 +91,7 @@ sect4k_config_complete (void)
   for (size_t i = 0; i < exports.n; i++)
     if (s4k_zone_refuse_nbd (&exports.v[i].cfg.zone,
                              exports.named ? exports.v[i].name : NULL,
-                             "with sect4k-server --scsi", err,
+                             "sect4k-server ", false, err,
                              sizeof err) == -1) {
       nbdkit_error ("%s", err);
       return -1;

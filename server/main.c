@@ -305,17 +305,15 @@ write_stats (const char *file, const struct server *s)
 }
 
 /* NBD has no zone commands: a zoned export is served by --scsi or --ublk
- * alone. */
+ * alone (kernel_path: one of them was given beside the NBD sockets). */
 static bool
-zoned_refused (const struct s4k_exports *t, bool scsi, char *err,
+zoned_refused (const struct s4k_exports *t, bool kernel_path, char *err,
                size_t errlen)
 {
   for (size_t i = 0; i < t->n; i++)
     if (s4k_zone_refuse_nbd (&t->v[i].cfg.zone, t->named ? t->v[i].name
                                                         : NULL,
-                             scsi ? "with --scsi alone (no --unix, --listen "
-                             "or socket activation)" : "with --scsi",
-                             err, errlen) == -1)
+                             "", kernel_path, err, errlen) == -1)
       return true;
   return false;
 }
@@ -682,7 +680,7 @@ main (int argc, char **argv)
   if (unix_path && !private_socket && check_unix_path (unix_path) == -1)
     return 1;
   if (s4k_exports_finish (&exports, err, sizeof err) == -1 ||
-      (listening && zoned_refused (&exports, scsi, err, sizeof err)) ||
+      (listening && zoned_refused (&exports, scsi || ublk, err, sizeof err)) ||
       (ublk && ublk_keys_refused (&exports, ublk_recovery, err,
                                   sizeof err) == -1) ||
       (run && (scsi || ublk) &&

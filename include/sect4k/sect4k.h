@@ -201,10 +201,13 @@ int s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
 /* The NBD front ends (plugin, filter, sect4k-server serving NBD): NBD
  * has no zone commands, and a client must not see a zoned drive as a
  * plain disk.  0 if c is not zoned, else -1 with err: one line naming
- * the export (name, or NULL), the key, and where a zoned drive is served
- * (how: e.g. "with sect4k-server --scsi"). */
+ * the export (name, or NULL), the key, and where a zoned drive is served:
+ * --scsi, or --ublk too when host-managed, of prog ("sect4k-server " for
+ * nbdkit, "" for the server itself), alone when the server was given a
+ * kernel path beside its NBD sockets. */
 int s4k_zone_refuse_nbd (const struct s4k_zone_config *c, const char *name,
-                         const char *how, char *err, size_t errlen);
+                         const char *prog, bool alone, char *err,
+                         size_t errlen);
 #define S4K_ZONE_HELP                                                        \
   "zoned=host-managed|host-aware  A zoned (SMR) drive, ZBC-2 (default: not\n" \
   "                      zoned).\n"                                         \

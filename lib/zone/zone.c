@@ -164,15 +164,20 @@ s4k_zone_finish (struct s4k_zone_config *c, const struct s4k_geometry *g,
 
 int
 s4k_zone_refuse_nbd (const struct s4k_zone_config *c, const char *name,
-                     const char *how, char *err, size_t errlen)
+                     const char *prog, bool alone, char *err, size_t errlen)
 {
   if (c->model == S4K_ZONED_NONE)
     return 0;
+  const bool hm = c->model == S4K_ZONED_HOST_MANAGED;
+  /* ublk's zones are host-managed only. */
   snprintf (err, errlen, "%s%s%szoned=%s: NBD has no zone commands (a "
-            "client would see a plain disk): serve a zoned drive %s",
+            "client would see a plain disk): serve a zoned drive with "
+            "%s--scsi%s%s",
             name ? "export=" : "", name ? name : "", name ? ": " : "",
-            c->model == S4K_ZONED_HOST_MANAGED ? "host-managed"
-                                               : "host-aware", how);
+            hm ? "host-managed" : "host-aware", prog,
+            hm ? " or --ublk" : "",
+            alone ? " alone (no --unix, --listen or socket activation)"
+                  : "");
   return -1;
 }
 

@@ -49,7 +49,7 @@ bad "bad-sectors=5-2" size=1M bad-sectors=5-2
 bad "LBA 2048 is beyond the last LBA 2047" size=1M bad-sectors=7,2048
 bad "control=/nonexistent/ctl" size=1M control=/nonexistent/ctl
 # Zoned drives (issue 33): the keys, and NBD, which has no zone commands.
-bad "zoned=host-managed: NBD has no zone commands (a client would see a plain disk): serve a zoned drive with sect4k-server --scsi" \
+bad "zoned=host-managed: NBD has no zone commands (a client would see a plain disk): serve a zoned drive with sect4k-server --scsi or --ublk" \
   size=64M zoned=host-managed zone-size=4M
 bad "zone-size=4M: needs zoned=host-managed or zoned=host-aware" size=64M zone-size=4M
 bad "zoned=smr: must be host-managed, host-aware or none" size=64M zoned=smr
@@ -61,7 +61,7 @@ filter=${SECT4K_FILTER:-$(dirname "$SECT4K_PLUGIN")/sect4k-filter.so}
 out=$(nbdkit_san --exit-with-parent -U - --filter="$filter" memory 64M \
       zoned=host-managed zone-size=4M --run true 2>&1)
 st=$?
-printf '%s' "$out" | grep -qF "zoned=host-managed: NBD has no zone commands (a client would see a plain disk): serve a zoned drive with sect4k-server --scsi"
+printf '%s' "$out" | grep -qF "zoned=host-managed: NBD has no zone commands (a client would see a plain disk): serve a zoned drive with sect4k-server --scsi or --ublk"
 ok $(( st != 1 || $? )) "the filter refuses zoned= naming sect4k-server --scsi"
 [ "$st" = 1 ] || diag "$out"
 

@@ -39,7 +39,7 @@ bad "--export-name disk: with export= or exports=" size=1M exports=512n -e disk
 # Zoned drives (issue 33): NBD has no zone commands, --scsi serves them
 # (--scsi needs the kernel's target modules: its refusal with --unix is
 # not tested here).
-bad "zoned=host-managed: NBD has no zone commands (a client would see a plain disk): serve a zoned drive with --scsi" \
+bad "zoned=host-managed: NBD has no zone commands (a client would see a plain disk): serve a zoned drive with --scsi or --ublk" \
   size=64M zoned=host-managed zone-size=4M --unix "$tmpdir/z.sock"
 
 out=$("$server" --help)

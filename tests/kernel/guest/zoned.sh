@@ -511,7 +511,7 @@ suite_zoned () {
   # SCSI has no field for NVMe's active limit.
   out=$(timeout 30 sect4k-server size=${ZONED_MB}M $ZONED_KEYS --scsi --unix /tmp/zoned.sock 2>&1)
   refused "zoned: --scsi --unix refused (NBD has no zone commands)" $? "$out" \
-    'zoned=host-managed: NBD has no zone commands .*serve a zoned drive with --scsi alone'
+    'zoned=host-managed: NBD has no zone commands .*serve a zoned drive with --scsi or --ublk alone'
   out=$(timeout 30 sect4k-server size=${ZONED_MB}M $ZONED_KEYS zone-max-active=4 --scsi 2>&1)
   refused "zoned: zone-max-active refused under --scsi" $? "$out" \
     'zone-max-active=4: SCSI has no field for it'
