@@ -90,8 +90,11 @@ struct aloop {
   struct xsub *asks;
   bool ask_posted, gone;
   struct s4k_completion ask_c;
-  struct s4k_completion *drained; /* while letting go: flushes asked that
-                                     ended (sub_end to run) */
+  /* Flushes asked that ended: their sub_end runs from drain_c, posted
+   * to the loop, or as it lets go if it never ran. */
+  struct s4k_completion *drained;
+  bool drain_posted;
+  struct s4k_completion drain_c;
   struct nbd_store *u;
   struct nbd_handle *h;          /* NULL: connect at the next request */
   unsigned gen;                  /* counts connections, from 1 */
@@ -120,6 +123,7 @@ struct aloop {
 static void after_io (struct aloop *al);
 static void timer_done (struct s4k_completion *c, int res);
 static void ask_run (struct s4k_completion *c, int res);
+static void drain_run (struct s4k_completion *c, int res);
 
 /* The loop's connection state, made at its first request.  NULL if the
  * store has MAX_LOOPS already. */
@@ -142,6 +146,7 @@ loop_get (struct nbd_store *u, struct s4k_loop *loop)
     al->timer.fn = timer_done;
     al->waiting_tail = &al->waiting;
     al->ask_c.fn = ask_run;
+    al->drain_c.fn = drain_run;
     pthread_mutex_init (&al->ask_lock, NULL);
     u->loops[n] = al;
     atomic_store_explicit (&u->nloops, n + 1, memory_order_release);
@@ -681,12 +686,22 @@ sub_free (void *opaque)
   struct xsub *s = opaque;
   struct aloop *al = s->al;
   s->c.fn = sub_end;
-  if (al->gone) {               /* letting go: it ends the flush itself */
-    s->c.next = al->drained;
-    al->drained = &s->c;
+  s->c.next = al->drained;
+  al->drained = &s->c;
+  if (!al->gone && !al->drain_posted) {
+    al->drain_posted = true;
+    al->loop->post (al->loop, &al->drain_c);
   }
-  else
-    al->loop->post (al->loop, &s->c);
+}
+static void
+drain_run (struct s4k_completion *c, int res)
+{
+  (void) res;
+  struct aloop *al = s4k_container_of (c, struct aloop, drain_c);
+  struct s4k_completion *d = al->drained;
+  al->drained = NULL;
+  al->drain_posted = false;
+  s4k_loop_run_posted (d);
 }
 
 /* On the loop asked: flushes its connection if it is still dirty (a
@@ -922,9 +937,10 @@ up_loop_gone (struct s4k_store *s, struct s4k_loop *loop)
     al->h = NULL;
     al->gen++;                  /* a flush that died with it: its loss */
     al->connecting = al->busy = false;
-    s4k_loop_run_posted (al->drained);
-    al->drained = NULL;
   }
+  /* Ended flushes whose drain_c the loop did not run. */
+  s4k_loop_run_posted (al->drained);
+  al->drained = NULL;
 
   pthread_mutex_lock (&al->ask_lock);
   struct xsub *x = al->asks;
