@@ -780,16 +780,8 @@ worker_main (void *arg)
   arm_wake (w);
   for (unsigned i = 0; i < w->s->nlisten; i++)
     arm_accept (&w->acc[i]);
-  /* A stopped loop keeps running what is posted to it until every loop
-   * has stopped: a request on another loop may still wait for it (the
-   * upstream store asks each loop to flush its own connection). */
-  bool stopped = false;
   for (;;) {
-    if (!stopped && w->stopping && !w->conns && !w->accepts_busy) {
-      stopped = true;
-      atomic_fetch_sub (&w->s->loops_running, 1);
-    }
-    if (stopped && !atomic_load (&w->s->loops_running))
+    if (w->stopping && !w->conns && !w->accepts_busy)
       break;
     struct io_uring_cqe *cqe;
     struct __kernel_timespec ts = { 0, w->runq ? 0 : TICK_MS * 1000000LL };
@@ -803,6 +795,12 @@ worker_main (void *arg)
     run_posted (w);
     run_yielded (w);
   }
+  /* Stopped, with nothing of its own in flight: each device lets go of
+   * the loop before it goes (the upstream store flushes and closes its
+   * connection; another loop, or a ublk queue still serving, no longer
+   * asks it anything). */
+  for (const struct server_cfg *e = &w->s->cfg; e; e = e->next)
+    s4k_dev_loop_gone (e->dev, &w->loop);
   io_uring_queue_exit (&w->ring);
   return NULL;
 }
@@ -857,10 +855,6 @@ serve (struct server *s)
              sig == SIGCHLD ? "--run: the command ended" : strsignal (sig));
   }
   uint64_t one = 1;
-  unsigned running = 0;
-  for (unsigned i = 0; i < started; i++)
-    running += ws[i].init_error == 0;
-  atomic_store (&s->loops_running, running);
   for (unsigned i = 0; i < started; i++) {
     atomic_store (&ws[i].stop_requested, true);
     if (write (ws[i].wake_fd, &one, sizeof one) != sizeof one)

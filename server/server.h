@@ -25,7 +25,6 @@ struct server {
   unsigned shutdown_grace;          /* seconds to flush replies on exit */
   sigset_t stop_signals;            /* serve returns on one of these */
   atomic_uint connections;          /* open now */
-  atomic_uint loops_running;        /* loops not yet done stopping */
   struct conn_stats stats;          /* summed when serve returns */
   uint64_t accepted, refused;
 };

@@ -672,6 +672,10 @@ queue_main (void *opaque)
   }
   if (q->live && !atomic_load (&q->stop))
     log_msg ("%s: queue %u stopped by the kernel", q->d->name, q->id);
+  /* Nothing of its own in flight: the device lets go of the loop before
+   * it goes (the upstream store flushes and closes its connection, and
+   * the other queues and the NBD loops no longer ask it anything). */
+  s4k_dev_loop_gone (q->d->dev, &q->loop);
   /* Closing the ring cancels the fetches still held. */
   io_uring_queue_exit (&q->ring);
   return NULL;

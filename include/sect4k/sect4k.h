@@ -535,6 +535,14 @@ struct s4k_aio *s4k_aio_new (struct s4k_dev *d, struct s4k_loop *loop,
                              s4k_aio_done_fn *done, void *opaque);
 /* Only when no request is in flight. */
 void s4k_aio_free (struct s4k_aio *a);
+/* A loop that stops while d stays open (the NBD loops before the ublk
+ * queues at shutdown, one ublk queue before another) calls this on its
+ * own thread, once none of its requests on d is in flight and before
+ * its memory goes: the store lets go of what it keeps of the loop (the
+ * upstream store flushes and closes the loop's connection, and other
+ * loops stop asking it to flush).  Nothing is posted to the loop after
+ * it returns.  A loop that outlives d need not call it. */
+void s4k_dev_loop_gone (struct s4k_dev *d, struct s4k_loop *loop);
 /* Each returns 1 if the request is in flight: done (opaque, r) then runs
  * later on the loop's thread, and the buffer must stay as it is until
  * then; done is the engine's last use of the handle, so it may free it.

@@ -32,6 +32,13 @@ s4k_dev_async_extents (const struct s4k_dev *d)
   return d->store->async_extents;
 }
 
+void
+s4k_dev_loop_gone (struct s4k_dev *d, struct s4k_loop *loop)
+{
+  if (d->store->ops->loop_gone)
+    d->store->ops->loop_gone (d->store, loop);
+}
+
 /* Runs the plan from the stage that waited (with its result r). */
 static int
 aio_run (struct s4k_aio *a, int r)

@@ -112,6 +112,10 @@ struct s4k_store_ops {
    * flight (req->done follows), else its result (0 or -errno) now.
    * S4K_REQ_EXTENTS only with async_extents. */
   int (*submit) (struct s4k_store *s, struct s4k_store_req *req);
+  /* Optional, with async: the loop stops before the store closes
+   * (s4k_dev_loop_gone); a store that keeps anything of a loop's lets
+   * go of it, and never touches the loop again. */
+  void (*loop_gone) (struct s4k_store *s, struct s4k_loop *loop);
 };
 /* A store and what the engine may ask of it beyond whole sectors (set
  * by whoever builds it; a layer over a store, such as the fault layer,

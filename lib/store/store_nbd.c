@@ -368,6 +368,30 @@ up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie)
 }
 
 int
+up_wait (struct nbd_store *u, struct nbd_handle *h, int64_t cookie)
+{
+  uint64_t deadline = deadline_of (u->timeout);
+  for (;;) {
+    if (nbd_aio_is_dead (h) || nbd_aio_is_closed (h))
+      return -EIO;
+    int r = cookie ? nbd_aio_command_completed (h, cookie)
+                   : nbd_aio_in_flight (h) == 0;
+    if (r != 0)
+      return r == 1 ? 0 : -EIO;
+    int ms = ms_left (deadline);
+    if (ms == 0) {
+      up_timed_out (u);
+      return -EIO;
+    }
+    int p = nbd_poll (h, ms);
+    if (p == -1)
+      return -EIO;
+    if (p == 1)
+      deadline = deadline_of (u->timeout);  /* it said something */
+  }
+}
+
+int
 up_send_range (struct nbd_store *u, send_fn *send, void *arg, enum cmd cmd,
                char *buf, uint64_t len, uint64_t off, bool fua,
                bool may_trim)
@@ -654,6 +678,7 @@ static const struct s4k_store_ops nbd_ops = {
   .info = nbd_store_info,
   .close = nbd_store_close,
   .submit = up_submit,
+  .loop_gone = up_loop_gone,
 };
 
 /* Reads what the export offers from the first connection and checks it

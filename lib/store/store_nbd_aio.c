@@ -42,7 +42,20 @@
  * has; a dirty connection of the synchronous pool (not used for writes
  * by the server) is flushed in place.  A write's mark is taken in its
  * completion callback, before the client can see it acknowledged, so a
- * flush received after the acknowledgement finds it. */
+ * flush received after the acknowledgement finds it.
+ *
+ * Ownership.  The store owns each loop's struct aloop (freed at close);
+ * the loop's thread owns its connection.  Another thread reaches a loop
+ * only by asking it to flush, through its inbox (ask_lock), never by
+ * posting to it directly: a loop may stop before the store closes (the
+ * NBD loops before the ublk queues, a ublk queue before another), and
+ * its memory goes with it.  Such a loop lets go first (up_loop_gone, on
+ * its thread, none of its own requests in flight): it finishes the
+ * flushes it was asked for, flushes its connection if dirty, closes it,
+ * answers the asks still in its inbox, and from then on nothing of the
+ * store touches the loop again; later asks find it released and pass
+ * (its writes were flushed, or their loss counted).  Its aloop stays,
+ * released, until close, and counts towards MAX_LOOPS. */
 #include <errno.h>
 #include <linux/time_types.h>
 #include <liburing.h>
@@ -63,10 +76,25 @@ struct apoll {
   bool busy;
 };
 
-/* A loop's connection: all but mark and loop only on the loop's thread. */
+struct xsub;
+
+/* A loop's connection: all but mark, loop, released and the inbox only
+ * on the loop's thread. */
 struct aloop {
   struct mark mark;
-  struct s4k_loop *loop;
+  struct s4k_loop *loop;         /* set once; used only while not gone */
+  _Atomic bool released;         /* let go (up_loop_gone): skipped */
+  /* The inbox: other loops' asks.  ask_c is posted to the loop when the
+   * first ask arrives; while the loop lets go (gone) asks wait for it. */
+  pthread_mutex_t ask_lock;
+  struct xsub *asks;
+  bool ask_posted, gone;
+  struct s4k_completion ask_c;
+  /* Flushes asked that ended: their sub_end runs from drain_c, posted
+   * to the loop, or as it lets go if it never ran. */
+  struct s4k_completion *drained;
+  bool drain_posted;
+  struct s4k_completion drain_c;
   struct nbd_store *u;
   struct nbd_handle *h;          /* NULL: connect at the next request */
   unsigned gen;                  /* counts connections, from 1 */
@@ -94,6 +122,8 @@ struct aloop {
 
 static void after_io (struct aloop *al);
 static void timer_done (struct s4k_completion *c, int res);
+static void ask_run (struct s4k_completion *c, int res);
+static void drain_run (struct s4k_completion *c, int res);
 
 /* The loop's connection state, made at its first request.  NULL if the
  * store has MAX_LOOPS already. */
@@ -101,8 +131,9 @@ static struct aloop *
 loop_get (struct nbd_store *u, struct s4k_loop *loop)
 {
   unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
+  /* A released one may have had this loop's address. */
   for (unsigned i = 0; i < n; i++)
-    if (u->loops[i]->loop == loop)
+    if (u->loops[i]->loop == loop && !atomic_load (&u->loops[i]->released))
       return u->loops[i];
   struct aloop *al = NULL;
   pthread_mutex_lock (&u->loops_lock);
@@ -114,6 +145,9 @@ loop_get (struct nbd_store *u, struct s4k_loop *loop)
     al->gen = 1;
     al->timer.fn = timer_done;
     al->waiting_tail = &al->waiting;
+    al->ask_c.fn = ask_run;
+    al->drain_c.fn = drain_run;
+    pthread_mutex_init (&al->ask_lock, NULL);
     u->loops[n] = al;
     atomic_store_explicit (&u->nloops, n + 1, memory_order_release);
   }
@@ -594,8 +628,9 @@ struct xflush {
   _Atomic unsigned pending;      /* loops still flushing, + 1 while asking */
   _Atomic int err;
   struct xsub {
-    struct s4k_completion c;     /* posted to the loop asked, then to it
-                                    again once its flush ended */
+    struct s4k_completion c;     /* posted to the loop asked once its
+                                    flush ended */
+    struct xsub *next;           /* in that loop's inbox */
     struct xflush *x;
     struct aloop *al;
     struct flush_cover cover;
@@ -649,17 +684,31 @@ static void
 sub_free (void *opaque)
 {
   struct xsub *s = opaque;
+  struct aloop *al = s->al;
   s->c.fn = sub_end;
-  s->al->loop->post (s->al->loop, &s->c);
+  s->c.next = al->drained;
+  al->drained = &s->c;
+  if (!al->gone && !al->drain_posted) {
+    al->drain_posted = true;
+    al->loop->post (al->loop, &al->drain_c);
+  }
+}
+static void
+drain_run (struct s4k_completion *c, int res)
+{
+  (void) res;
+  struct aloop *al = s4k_container_of (c, struct aloop, drain_c);
+  struct s4k_completion *d = al->drained;
+  al->drained = NULL;
+  al->drain_posted = false;
+  s4k_loop_run_posted (d);
 }
 
 /* On the loop asked: flushes its connection if it is still dirty (a
  * dirty connection is connected: one that died was marked clean). */
 static void
-sub_run (struct s4k_completion *c, int res)
+sub_run (struct xsub *s)
 {
-  (void) res;
-  struct xsub *s = s4k_container_of (c, struct xsub, c);
   struct aloop *al = s->al;
   if (!mark_dirty (al->u, &al->mark)) {
     xflush_put (s->x, 0);
@@ -676,6 +725,47 @@ sub_run (struct s4k_completion *c, int res)
                                  .free = sub_free };
   nbd_aio_flush (al->h, cb, 0);
   after_io (al);
+}
+
+/* On the loop asked: its inbox. */
+static void
+ask_run (struct s4k_completion *c, int res)
+{
+  (void) res;
+  struct aloop *al = s4k_container_of (c, struct aloop, ask_c);
+  pthread_mutex_lock (&al->ask_lock);
+  struct xsub *s = al->gone ? NULL : al->asks;
+  if (!al->gone) {
+    al->asks = NULL;
+    al->ask_posted = false;
+  }
+  pthread_mutex_unlock (&al->ask_lock);
+  while (s) {
+    struct xsub *next = s->next;
+    sub_run (s);
+    s = next;
+  }
+}
+
+/* Asks m's loop (not the caller's) to flush its connection for s: false
+ * if m was let go (its connection flushed, or its loss counted). */
+static bool
+ask (struct aloop *m, struct xsub *s)
+{
+  bool asked = false;
+  pthread_mutex_lock (&m->ask_lock);
+  if (!atomic_load (&m->released)) {
+    s->next = m->asks;
+    m->asks = s;
+    /* Under the lock: a loop not gone is still there. */
+    if (!m->gone && !m->ask_posted) {
+      m->ask_posted = true;
+      m->loop->post (m->loop, &m->ask_c);
+    }
+    asked = true;
+  }
+  pthread_mutex_unlock (&m->ask_lock);
+  return asked;
 }
 
 /* A client's flush on al's loop: 1 if in flight, else its result. */
@@ -704,7 +794,7 @@ flush_begin (struct aloop *al, struct s4k_store_req *q)
   unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
   for (unsigned i = 0; i < n; i++) {
     struct aloop *m = u->loops[i];
-    if (m == al || !mark_dirty (u, &m->mark))
+    if (m == al || atomic_load (&m->released) || !mark_dirty (u, &m->mark))
       continue;
     if (!x) {
       if (!(x = calloc (1, sizeof *x)))
@@ -715,9 +805,10 @@ flush_begin (struct aloop *al, struct s4k_store_req *q)
       q->inflight++;            /* until xflush_end */
     }
     struct xsub *s = &x->sub[i];
-    *s = (struct xsub) { .c.fn = sub_run, .x = x, .al = m };
+    *s = (struct xsub) { .x = x, .al = m };
     atomic_fetch_add (&x->pending, 1);
-    m->loop->post (m->loop, &s->c);
+    if (!ask (m, s))
+      xflush_put (x, 0);
   }
   /* Its own. */
   int r = 1;
@@ -791,6 +882,78 @@ up_aio_lost (struct nbd_store *u)
     mark_lost (u, &u->loops[i]->mark);
 }
 
+/* The loop stops: its thread, none of its own requests in flight (so
+ * no request waits for its connection).  What the top calls letting go;
+ * synchronous (nbd_poll, not the ring: the loop is leaving), bounded by
+ * upstream-timeout=. */
+void
+up_loop_gone (struct s4k_store *s, struct s4k_loop *loop)
+{
+  struct nbd_store *u = (struct nbd_store *) s;
+  struct aloop *al = NULL;
+  unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
+  for (unsigned i = 0; i < n && !al; i++)
+    if (u->loops[i]->loop == loop && !atomic_load (&u->loops[i]->released))
+      al = u->loops[i];
+  if (!al)
+    return;                     /* it never submitted a request */
+  pthread_mutex_lock (&al->ask_lock);
+  al->gone = true;              /* asks now wait in the inbox */
+  pthread_mutex_unlock (&al->ask_lock);
+
+  /* The flushes it was asked for and sent end, then its own writes are
+   * flushed: with the asks still in the inbox answered after, every
+   * write it completed is covered, or its loss counted. */
+  bool ok = true;
+  if (al->h && !al->connecting) {
+    ok = up_wait (u, al->h, 0) == 0;
+    if (ok && u->can_flush && mark_dirty (u, &al->mark) && !up_down (u)) {
+      struct flush_cover c = mark_cover (u, &al->mark);
+      int64_t cookie = nbd_aio_flush (al->h, NBD_NULL_COMPLETION, 0);
+      ok = cookie != -1 && up_wait (u, al->h, cookie) == 0;
+      if (ok)
+        mark_flushed (u, &al->mark, c);
+    }
+    ok = ok && !(u->can_flush && mark_dirty (u, &al->mark));
+  }
+  if (al->h) {
+    struct apoll *polls[] = { &al->rd, &al->wr };
+    for (int i = 0; i < 2; i++)
+      if (polls[i]->busy && polls[i]->gen == al->gen) {
+        struct io_uring_sqe *sqe = s4k_ring_sqe (al->loop->ring);
+        io_uring_prep_poll_remove (sqe, (__u64) (uintptr_t) &polls[i]->c);
+        io_uring_sqe_set_data (sqe, NULL);
+      }
+    if (ok) {
+      s4k_loop_run_posted (al->drained);   /* their own results */
+      al->drained = NULL;
+      uint64_t deadline = 0;
+      up_close_handle (al->h, &deadline);
+    }
+    else {
+      mark_lost (u, &al->mark);  /* as one that died */
+      nbd_close (al->h);
+    }
+    al->h = NULL;
+    al->gen++;                  /* a flush that died with it: its loss */
+    al->connecting = al->busy = false;
+  }
+  /* Ended flushes whose drain_c the loop did not run. */
+  s4k_loop_run_posted (al->drained);
+  al->drained = NULL;
+
+  pthread_mutex_lock (&al->ask_lock);
+  struct xsub *x = al->asks;
+  al->asks = NULL;
+  atomic_store (&al->released, true);
+  pthread_mutex_unlock (&al->ask_lock);
+  while (x) {
+    struct xsub *next = x->next;
+    xflush_put (x->x, 0);
+    x = next;
+  }
+}
+
 /* At the store's close, the loops gone. */
 void
 up_aio_close (struct nbd_store *u, uint64_t *deadline)
@@ -800,6 +963,7 @@ up_aio_close (struct nbd_store *u, uint64_t *deadline)
     struct aloop *al = u->loops[i];
     if (al->h)
       up_close_handle (al->h, deadline);
+    pthread_mutex_destroy (&al->ask_lock);
     free (al);
   }
 }

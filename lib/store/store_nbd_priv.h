@@ -166,6 +166,11 @@ bool up_export_ok (struct nbd_store *u, struct nbd_handle *h);
  * ends it: 0 or -errno.  A connection that died, or whose upstream said
  * nothing for u->timeout, is closed (its request gets EIO). */
 int up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie);
+/* Polls h (nbd_poll) until the command cookie has completed (cookie 0:
+ * until nothing is in flight), bounded by u->timeout of silence: 0, or
+ * -EIO if it failed, h died, or the upstream said nothing (taken as
+ * down, up_timed_out).  For a caller that owns h and may block. */
+int up_wait (struct nbd_store *u, struct nbd_handle *h, int64_t cookie);
 /* The upstream said nothing for u->timeout: one line on stderr, and it
  * is taken as down (struct nbd_store's down; the pool's idle connections
  * are closed).  The caller closes its connection. */
@@ -191,6 +196,7 @@ int up_extent_cb (void *opaque, const char *context, uint64_t offset,
 /* store_nbd_aio.c */
 int up_submit (struct s4k_store *s, struct s4k_store_req *q);
 void up_aio_close (struct nbd_store *u, uint64_t *deadline);
+void up_loop_gone (struct s4k_store *s, struct s4k_loop *loop);
 /* The upstream is down: the loops' unflushed writes count as lost (their
  * connections stay their threads', closed when they fail). */
 void up_aio_lost (struct nbd_store *u);

@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Event loops that stop before the upstream store closes (the NBD loops
+ * before the ublk queues at sect4k-server's shutdown, one ublk queue
+ * before another).  Without multi-conn a flush on loop A asks each other
+ * loop whose connection is dirty to flush its own; a loop B that stopped
+ * must not be asked (its memory is gone: the ask would be a
+ * use-after-free, or wait forever for a loop that no longer runs).  B
+ * lets go first (s4k_dev_loop_gone): its connection's writes are flushed
+ * then, and A's flush passes it.  Each case stops B at another point:
+ *   1. idle, dirty;
+ *   2. with A's ask in its post queue, not yet run;
+ *   3. with the flush A asked for sent upstream, its answer not read;
+ *   4. then a new loop at B's very address writes: its connection is
+ *      its own, and A's flush reaches it.
+ * Both loops run on this one thread, driven step by step; B's memory is
+ * poisoned and freed (reused in 4) once it let go.  The upstream's log
+ * (nbdkit --filter=log) counts the flushes it received.
+ *
+ * usage: upstream-store-loops URI LOGFILE   (an upstream without
+ * multi-conn) */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <liburing.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sect4k/sect4k.h"
+#include "store/store.h"
+#include "store/store_nbd.h"
+#include "aio.h"
+#include "tap.h"
+
+static struct s4k_dev *dev;
+static struct s4k_store *store;
+static const char *logfile;
+
+struct tloop {
+  struct s4k_loop base;
+  struct io_uring ring;
+  struct s4k_completion *posted;   /* one thread: a plain stack */
+};
+
+static void
+post (struct s4k_loop *l, struct s4k_completion *c)
+{
+  struct tloop *lp = (struct tloop *) l;
+  c->next = lp->posted;
+  lp->posted = c;
+}
+
+static void
+loop_init (struct tloop *lp)
+{
+  memset (lp, 0, sizeof *lp);
+  if (s4k_ring_init (&lp->ring, 64) < 0)
+    bail ("io_uring_queue_init failed");
+  lp->base = (struct s4k_loop) { &lp->ring, post };
+}
+
+/* One turn of each loop in lps (NULL: skipped): what was posted, then
+ * what its ring completed, waiting up to 1 ms. */
+static void
+turn (struct tloop **lps, unsigned n)
+{
+  for (unsigned i = 0; i < n; i++) {
+    struct tloop *lp = lps[i];
+    if (!lp)
+      continue;
+    struct s4k_completion *c = lp->posted;
+    lp->posted = NULL;
+    s4k_loop_run_posted (c);
+    struct io_uring_cqe *cqe;
+    struct __kernel_timespec ts = { 0, 1000000 };
+    io_uring_submit_and_wait_timeout (&lp->ring, &cqe, 1, &ts, NULL);
+    s4k_loop_reap (&lp->ring);
+  }
+}
+
+/* The result of request r (s4k_aio_*'s) whose waiter is w, turning the
+ * loops until it finishes (20 s at most). */
+static int
+finish (struct tloop **lps, unsigned n, int r, struct waiter *w)
+{
+  uint64_t until = s4k_now_ns () + 20000000000u;
+  while (r == 1 && !w->done) {
+    if (s4k_now_ns () > until)
+      bail ("a request did not finish in 20 s");
+    turn (lps, n);
+  }
+  return r == 1 ? w->r : r;
+}
+
+/* Flushes the upstream received, from its log. */
+static unsigned
+upstream_flushes (void)
+{
+  FILE *f = fopen (logfile, "r");
+  if (!f)
+    bail ("%s: cannot open", logfile);
+  char line[1024];
+  unsigned n = 0;
+  while (fgets (line, sizeof line, f)) {
+    size_t len = strlen (line);
+    if (strstr (line, " Flush id=") && len > 4 &&
+        strcmp (line + len - 4, "...\n") == 0)
+      n++;
+  }
+  fclose (f);
+  return n;
+}
+
+static char buf[4096];
+
+/* A write of 4 KiB at off through loop lp, run to its end. */
+static void
+write_on (struct tloop *lp, struct tloop **lps, unsigned n, uint64_t off)
+{
+  struct waiter w = { 0 };
+  struct s4k_aio *a = s4k_aio_new (dev, &lp->base, waiter_done, &w);
+  memset (buf, (int) (off >> 12) + 1, sizeof buf);
+  int r = finish (lps, n, s4k_aio_write (a, buf, sizeof buf, off, 0), &w);
+  if (r)
+    bail ("write at %" PRIu64 ": %s", off, strerror (-r));
+  s4k_aio_free (a);
+}
+
+/* B lets go and its memory goes (poisoned, so a use shows). */
+static void
+stop_loop (struct tloop *lp)
+{
+  s4k_dev_loop_gone (dev, &lp->base);
+  io_uring_queue_exit (&lp->ring);
+  memset (lp, 0xa5, sizeof *lp);
+}
+
+/* Case 1 to 3: B dirty, stopped at a point; then A's flush. */
+static void
+one_case (unsigned k, const char *what)
+{
+  struct tloop *A = calloc (1, sizeof *A), *B = calloc (1, sizeof *B);
+  loop_init (A);
+  loop_init (B);
+  struct tloop *both[] = { A, B }, *only_a[] = { A };
+  const uint64_t base = (uint64_t) k << 20;
+  write_on (B, both, 2, base);
+  write_on (A, both, 2, base + 65536);
+  const unsigned before = upstream_flushes ();
+  const uint64_t losses = atomic_load (&store->losses);
+
+  struct waiter w = { 0 };
+  struct s4k_aio *a = s4k_aio_new (dev, &A->base, waiter_done, &w);
+  int r;
+  if (k == 1) {
+    stop_loop (B);
+    r = s4k_aio_flush (a);
+  }
+  else {
+    r = s4k_aio_flush (a);
+    ok (r == 1 && B->posted != NULL,
+        "%s: A's flush asked B (B has a post waiting)", what);
+    if (k == 3) {
+      /* B runs the ask: its flush goes out; B reads no answer. */
+      struct s4k_completion *c = B->posted;
+      B->posted = NULL;
+      s4k_loop_run_posted (c);
+      io_uring_submit (&B->ring);
+    }
+    stop_loop (B);
+  }
+  r = finish (only_a, 1, r, &w);
+  ok (r == 0, "%s: A's flush ends: %s", what, r ? strerror (-r) : "0");
+  is_u64 (atomic_load (&store->losses), losses,
+          "%s: no loss counted", what);
+  /* B's writes flushed (at its stop, or as asked), and A's. */
+  is_u64 (upstream_flushes () - before, 2,
+          "%s: the upstream got B's flush and A's", what);
+  s4k_aio_free (a);
+
+  if (k == 3) {
+    /* Case 4: a new loop where B was (the store must not take it for the
+     * one that let go). */
+    loop_init (B);
+    struct tloop *both2[] = { A, B };
+    write_on (B, both2, 2, base + 131072);
+    const unsigned before2 = upstream_flushes ();
+    struct waiter w2 = { 0 };
+    struct s4k_aio *a2 = s4k_aio_new (dev, &A->base, waiter_done, &w2);
+    r = finish (both2, 2, s4k_aio_flush (a2), &w2);
+    ok (r == 0, "new loop at B's address: A's flush ends: %s",
+        r ? strerror (-r) : "0");
+    is_u64 (upstream_flushes () - before2, 1,
+            "new loop at B's address: its write was flushed (asked)");
+    s4k_aio_free (a2);
+    stop_loop (B);
+  }
+  free (B);
+  stop_loop (A);
+  free (A);
+}
+
+int
+main (int argc, char **argv)
+{
+  if (argc != 3) {
+    fprintf (stderr, "usage: %s URI LOGFILE\n", argv[0]);
+    return 2;
+  }
+  logfile = argv[2];
+  struct s4k_config c;
+  char err[512];
+  s4k_config_init (&c);
+  if (s4k_config_set (&c, "upstream", argv[1], err, sizeof err) == -1 ||
+      s4k_config_set (&c, "model", "512e", err, sizeof err) == -1 ||
+      s4k_config_finish (&c, err, sizeof err) == -1 ||
+      !(store = s4k_nbd_store_new (&c, &c.geom.size, err, sizeof err)) ||
+      s4k_dev_new (&dev, &c, store, err, sizeof err) < 0)
+    bail ("%s", err);
+  if (!strstr (s4k_dev_store_info (dev), "no multi-conn"))
+    bail ("the upstream has multi-conn: %s", s4k_dev_store_info (dev));
+
+  one_case (1, "B stopped idle, dirty");
+  one_case (2, "B stopped with A's ask not run");
+  one_case (3, "B stopped with the flush asked in flight");
+
+  s4k_dev_close (dev);
+  printf ("1..%u\n", tap_n);
+  return tap_failed != 0;
+}
