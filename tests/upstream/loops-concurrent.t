@@ -21,23 +21,7 @@ sed 's/^/# /' "$tmpdir/client.out"
 [ "$st" = 0 ] && grep -q '^ok 1 ' "$tmpdir/client.out" &&
   grep -q '^ok 2 ' "$tmpdir/client.out"
 ok $? "loops letting go while others flush: every request ended, no loss (status $st)"
-$py - "$log" <<'PY' 2>&1 | sed 's/^/# /'
-import re, sys
-last_write, flushed = {}, {}
-for n, line in enumerate(open(sys.argv[1])):
-    m = re.search(r'connection=(\d+) (Write|Flush) id=\d+ .*\.\.\.$', line)
-    if not m:
-        continue
-    c, what = m.groups()
-    if what == 'Write':
-        last_write[c] = n
-    else:
-        flushed[c] = n
-bad = [c for c, n in last_write.items() if flushed.get(c, -1) < n]
-print("connections that wrote: %d, not flushed after: %d" %
-      (len(last_write), len(bad)))
-sys.exit(1 if bad or not last_write else 0)
-PY
-ok "${PIPESTATUS[0]}" "every loop's writes were flushed upstream after the last"
+every_write_flushed "$log"
+ok $? "every loop's writes were flushed upstream after the last"
 stop_upstream
 done_testing

@@ -59,23 +59,7 @@ PY
 stop_front server
 ok $? "the server stopped cleanly"
 # Each connection that wrote had a flush after its last write.
-$py - "$log" <<'PY' 2>&1 | sed 's/^/# /'
-import re, sys
-last_write, flushed = {}, {}
-for n, line in enumerate(open(sys.argv[1])):
-    m = re.search(r'connection=(\d+) (Write|Flush) id=\d+ .*\.\.\.$', line)
-    if not m:
-        continue
-    c, what = m.groups()
-    if what == 'Write':
-        last_write[c] = n
-    else:
-        flushed[c] = n
-bad = [c for c, n in last_write.items() if flushed.get(c, -1) < n]
-print("connections that wrote: %d, not flushed after: %d" %
-      (len(last_write), len(bad)))
-sys.exit(1 if bad or not last_write else 0)
-PY
-ok "${PIPESTATUS[0]}" "the server's loops flushed their connections' writes as they stopped"
+every_write_flushed "$log"
+ok $? "the server's loops flushed their connections' writes as they stopped"
 stop_upstream
 done_testing

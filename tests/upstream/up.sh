@@ -101,3 +101,27 @@ stop_front () {
   [ "$1" = plugin ] && [ "$st" = 143 ] && st=0
   return $st
 }
+
+# every_write_flushed LOG: in nbdkit's -D log of an upstream (its
+# connection=N Write/Flush lines), each connection that wrote had a flush
+# after its last write; says the counts.
+every_write_flushed () {
+  $py - "$1" <<'PY' 2>&1 | sed 's/^/# /'
+import re, sys
+last_write, flushed = {}, {}
+for n, line in enumerate(open(sys.argv[1])):
+    m = re.search(r'connection=(\d+) (Write|Flush) id=\d+ .*\.\.\.$', line)
+    if not m:
+        continue
+    c, what = m.groups()
+    if what == 'Write':
+        last_write[c] = n
+    else:
+        flushed[c] = n
+bad = [c for c, n in last_write.items() if flushed.get(c, -1) < n]
+print("connections that wrote: %d, not flushed after: %d" %
+      (len(last_write), len(bad)))
+sys.exit(1 if bad or not last_write else 0)
+PY
+  return "${PIPESTATUS[0]}"
+}
