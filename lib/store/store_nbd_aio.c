@@ -550,6 +550,23 @@ flush_end (struct s4k_completion *c, int res)
   req_end (c, res);
 }
 
+/* One more command of q on its loop's connection (a FUA write's flush,
+ * the rest of a block status); EIO if the connection is gone. */
+static void
+send_more (struct s4k_store_req *q,
+           int (*send) (struct aloop *, struct s4k_store_req *))
+{
+  struct aloop *al = loop_of (q);
+  if (!al->h || al->connecting) {
+    q->done (q, -EIO);
+    return;
+  }
+  q->inflight++;
+  note_error (q, send (al, q));
+  cmd_end (q);
+  after_io (al);
+}
+
 /* The commands ended: for FUA on an upstream without it, a flush of the
  * same connection follows (on a connection since closed, the write may
  * be lost: EIO). */
@@ -564,15 +581,7 @@ after_cmds (struct s4k_completion *c, int res)
     req_end (c, res);
     return;
   }
-  struct aloop *al = loop_of (q);
-  if (!al->h || al->connecting) {
-    q->done (q, -EIO);
-    return;
-  }
-  q->inflight++;
-  note_error (q, send_flush (al, q));
-  cmd_end (q);
-  after_io (al);
+  send_more (q, send_flush);
 }
 
 /* A block status ended: another for the rest of the range, or the
@@ -591,15 +600,7 @@ after_status (struct s4k_completion *c, int res)
     q->done (q, q->err ? q->err : s4k_extent_round_end (w, end));
     return;
   }
-  struct aloop *al = loop_of (q);
-  if (!al->h || al->connecting) {
-    q->done (q, -EIO);
-    return;
-  }
-  q->inflight++;
-  note_error (q, send_status (al, q));
-  cmd_end (q);
-  after_io (al);
+  send_more (q, send_status);
 }
 
 /* Sends q on the loop's connection, connecting it first if need be;
