@@ -445,16 +445,6 @@ s4k_config_finish (struct s4k_config *c, char *err, size_t errlen)
                 "of a memory device start empty)");
       return -1;
     }
-    /* Not yet (docs/zoned.md): FILE.sect4k-zones stores a zone's
-     * pointer when the zone moves it, before a write cache makes the
-     * data durable, so a restart after a crash would find pointers above
-     * data the cache lost. */
-    if (c->file && c->fault.write_cache) {
-      snprintf (err, errlen, "zoned=, file=%s and write-cache=true: the "
-                "zone state file would keep write pointers above data the "
-                "cache lost", c->file);
-      return -1;
-    }
     if (!c->strict) {
       snprintf (err, errlen, "zoned= and strict=false: a zoned drive takes "
                 "whole logical blocks only");

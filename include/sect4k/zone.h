@@ -227,6 +227,15 @@ void s4k_zones_power_loss (struct s4k_zones *z);
 /* Every zone's write pointer (a FULL zone's end; a conventional zone's
  * start) into out[0..nr_zones), at one moment. */
 void s4k_zones_wps (struct s4k_zones *z, uint64_t *out);
+/* With a write cache (the fault layer, lib/fault/fault_zone.c): the
+ * records of FILE.sect4k-zones hold each sequential zone's durable
+ * pointer, not its write pointer, so a restart after a SIGKILL finds the
+ * zones a power cut keeping nothing unflushed would leave.
+ * s4k_zones_durable_init: from now on, every durable pointer at its
+ * write pointer (0 or -ENOMEM); s4k_zones_set_durable: one zone's (its
+ * record stored at once, file=). */
+int s4k_zones_durable_init (struct s4k_zones *z);
+void s4k_zones_set_durable (struct s4k_zones *z, uint32_t zone, uint64_t wp);
 
 /* ---- the device's zones (lib/dev/dev.c, lib/dev/dev_sync.c) -------------------
 

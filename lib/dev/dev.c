@@ -94,8 +94,6 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     int r = s4k_zone_finish (&zc, &d->g, err, errlen);
     if (r == 0 && (r = s4k_zones_new (&d->zones, &zc, &d->g)) < 0)
       snprintf (err, errlen, "zoned=: %s", s4k_strerror (-r));
-    if (r == 0 && d->fault && (r = fault_set_zones (d->fault, d->zones)))
-      snprintf (err, errlen, "zoned=: %s", s4k_strerror (-r));
     /* The log's entry 1: the layout, for its readers (sect4k-crash). */
     if (r == 0 && d->wlog && (r = s4k_wlog_zones (d->wlog, &zc)) < 0) {
       snprintf (err, errlen, "write-log=%s: %s", c->write_log,
@@ -131,6 +129,23 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     free (d);
     store->ops->close (store);
     return -EINVAL;
+  }
+  /* The fault layer's durable pointers start at the zones' (file=: as
+   * the file left them). */
+  if (d->zones && d->fault) {
+    int r = fault_set_zones (d->fault, d->zones);
+    if (r) {
+      snprintf (err, errlen, "zoned=: %s", s4k_strerror (-r));
+      dev_zones_file_close (d);
+      free (d->geom_record);
+      s4k_zones_free (d->zones);
+      s4k_wlog_free (d->wlog);
+      s4k_timing_free (d->timing);
+      s4k_locks_free (d->locks);
+      free (d);
+      store->ops->close (store);
+      return -EINVAL;
+    }
   }
   /* Every request of a zoned device passes the zone checks: no fast
    * path skips them. */

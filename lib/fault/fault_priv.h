@@ -89,6 +89,9 @@ struct s4k_fault {
   uint64_t *hw;                         /* each zone's end of the writes
                                            that reached the layer: a
                                            flush makes it durable */
+  uint64_t *pub;                        /* write-cache=true: each zone's
+                                           dwp as the zones last had it
+                                           (their records, file=) */
   /* The write in flight at a power-cut-after cut: never acknowledged,
    * so no zone keeps it (its first sector may be the torn one). */
   bool pending;

@@ -41,10 +41,25 @@ fault_set_zones (struct s4k_fault *f, struct s4k_zones *z)
   }
   s4k_zones_wps (z, dwp);
   memcpy (hw, dwp, zi.nr_zones * sizeof *hw);
+  /* With the cache the zones' records (file=) hold the durable
+   * pointers: a SIGKILL loses the cache, as a cut keeping nothing
+   * unflushed does, and the data file has only what was destaged. */
+  uint64_t *pub = NULL;
+  if (f->cfg.write_cache) {
+    pub = malloc (zi.nr_zones * sizeof *pub);
+    if (!pub || s4k_zones_durable_init (z) != 0) {
+      free (dwp);
+      free (hw);
+      free (pub);
+      return -ENOMEM;
+    }
+    memcpy (pub, dwp, zi.nr_zones * sizeof *pub);
+  }
   pthread_mutex_lock (&f->m);
   f->zones = z;
   f->dwp = dwp;
   f->hw = hw;
+  f->pub = pub;
   f->zone_shift = __builtin_ctzll (zi.zone_lbas);
   f->zone_conv = zi.conventional;
   f->nr_zones = zi.nr_zones;
@@ -65,12 +80,29 @@ zone_start_byte (const struct s4k_fault *f, uint32_t zone)
   return ((uint64_t) zone << f->zone_shift) * f->g.logical;
 }
 
+/* The durable pointers of zones [z0, z1) to the zones (their records),
+ * those that moved.  Called once the data below them is in the store:
+ * a record never runs ahead of the data file. */
+static void
+publish (struct s4k_fault *f, uint32_t z0, uint32_t z1)
+{
+  if (!f->pub)
+    return;
+  for (uint32_t z = z0 < f->zone_conv ? f->zone_conv : z0;
+       z < z1 && z < f->nr_zones; z++)
+    if (f->pub[z] != f->dwp[z]) {
+      f->pub[z] = f->dwp[z];
+      s4k_zones_set_durable (f->zones, z, f->dwp[z]);
+    }
+}
+
 /* Not the zones' pointers: those of writes the zones accepted that have
  * not reached the layer yet are not durable (they fail after a cut). */
 void
 fault_zone_flushed (struct s4k_fault *f)
 {
   memcpy (f->dwp, f->hw, f->nr_zones * sizeof *f->dwp);
+  publish (f, 0, f->nr_zones);
 }
 
 void
@@ -85,6 +117,8 @@ fault_zone_wrote (struct s4k_fault *f, uint64_t off, uint64_t end)
     if (z >= f->zone_conv && ze > f->hw[z])
       f->hw[z] = ze;
   }
+  /* A FUA write's or a zero's dwp (fault_zone_settle), now written. */
+  publish (f, zone_of_byte (f, off), zone_of_byte (f, end - 1) + 1);
 }
 
 /* Destages the dirty sectors in [off, end): their keys first, as a
@@ -149,6 +183,7 @@ fault_zone_sync (struct s4k_fault *f, uint64_t len, uint64_t off,
         f->hw[z] = now[z];
       f->dwp[z] = f->hw[z];
     }
+    publish (f, zone_of_byte (f, off), zone_of_byte (f, off + len - 1) + 1);
   }
   free (now);
   pthread_mutex_unlock (&f->m);

@@ -285,6 +285,7 @@ s4k_zones_free (struct s4k_zones *z)
     return;
   pthread_mutex_destroy (&z->lock);
   free (z->z);
+  free (z->dur);
   free (z);
 }
 

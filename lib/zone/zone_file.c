@@ -39,19 +39,63 @@ pack (const struct zone *zn)
          (uint64_t) zn->non_seq << (WP_BITS + 4) | VALID << 56;
 }
 
+/* Zone k's record.  With a write cache a sequential zone's is what a
+ * power cut that keeps nothing unflushed leaves: its durable pointer,
+ * and the condition a cut gives it (no zone stays open).  Conventional,
+ * read only, offline and NON_SEQ zones keep their pointers at a cut
+ * (docs/zoned.md "Power cuts"): theirs as they are. */
+static uint64_t
+record (const struct s4k_zones *z, uint32_t k)
+{
+  const struct zone *zn = &z->z[k];
+  if (!z->dur || zn->type == S4K_ZT_CONVENTIONAL || zn->non_seq ||
+      zn->cond == S4K_ZC_READ_ONLY || zn->cond == S4K_ZC_OFFLINE)
+    return pack (zn);
+  struct zone d = *zn;
+  d.wp = z->dur[k];
+  d.cond = d.wp == d.start ? S4K_ZC_EMPTY
+         : d.wp == d.start + d.len ? S4K_ZC_FULL : S4K_ZC_CLOSED;
+  return pack (&d);
+}
+
 void
 zone_file_save (struct s4k_zones *z)
 {
   if (z->ntouched > ZONE_TOUCHED_MAX) {
     for (uint32_t i = 0; i < z->info.nr_zones; i++)
-      __atomic_store_n (&z->rec[i], pack (&z->z[i]), __ATOMIC_RELAXED);
+      __atomic_store_n (&z->rec[i], record (z, i), __ATOMIC_RELAXED);
   }
   else
     for (unsigned i = 0; i < z->ntouched; i++) {
       const uint32_t k = z->touched[i];
-      __atomic_store_n (&z->rec[k], pack (&z->z[k]), __ATOMIC_RELAXED);
+      __atomic_store_n (&z->rec[k], record (z, k), __ATOMIC_RELAXED);
     }
   z->ntouched = 0;
+}
+
+int
+s4k_zones_durable_init (struct s4k_zones *z)
+{
+  uint64_t *dur = malloc (z->info.nr_zones * sizeof *dur);
+  if (!dur)
+    return -ENOMEM;
+  s4k_zones_wps (z, dur);
+  pthread_mutex_lock (&z->lock);
+  free (z->dur);
+  z->dur = dur;
+  pthread_mutex_unlock (&z->lock);
+  return 0;
+}
+
+void
+s4k_zones_set_durable (struct s4k_zones *z, uint32_t zone, uint64_t wp)
+{
+  pthread_mutex_lock (&z->lock);
+  if (z->dur && zone < z->info.nr_zones && z->dur[zone] != wp) {
+    z->dur[zone] = wp;
+    zone_touch (z, &z->z[zone]);
+  }
+  zone_unlock (z);
 }
 
 static const char *
@@ -94,7 +138,7 @@ s4k_zones_file_image (struct s4k_zones *z, void *buf)
   uint64_t *rec = (uint64_t *) ((char *) buf + HEADER_LEN);
   pthread_mutex_lock (&z->lock);
   for (uint32_t i = 0; i < z->info.nr_zones; i++)
-    rec[i] = pack (&z->z[i]);
+    rec[i] = record (z, i);
   pthread_mutex_unlock (&z->lock);
 }
 

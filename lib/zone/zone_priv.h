@@ -35,6 +35,9 @@ struct s4k_zones {
   uint64_t *rec;                /* one record per zone, mapped */
   uint32_t touched[ZONE_TOUCHED_MAX];
   unsigned ntouched;            /* more than the array: save every zone */
+  /* With a write cache (the fault layer): each zone's durable pointer,
+   * what its record holds in place of wp; NULL without. */
+  uint64_t *dur;
 };
 
 /* zn changed: its record is written before the lock is released. */

@@ -51,7 +51,8 @@ read_zones (void)
 }
 
 /* The volatile writes of sequential zones since the last flush, not yet
- * settled: a FUA write, zero, reset or finish in their zone settles them
+ * settled: a FUA write, zero, reset, finish or close in their zone
+ * settles them
  * (a drive writes a zone in order: what it made durable there has every
  * earlier write of the zone under it). */
 static size_t *pend, npend;
@@ -194,10 +195,13 @@ read_log (void)
         found_mark = true;
         break;
       }
-      /* A reset or finish makes its zone durable: a crash point before
-       * it if it settles anything.  Open and close change nothing. */
+      /* A reset, finish or close makes its zone durable (the device
+       * writes a zone's cache first: a closed zone survives a power
+       * loss, lib/fault/fault_zone.c): a crash point before it if it
+       * settles anything.  Open changes nothing. */
       if (zoned && (e.zone_op == S4K_ZOP_RESET ||
-                    e.zone_op == S4K_ZOP_FINISH)) {
+                    e.zone_op == S4K_ZOP_FINISH ||
+                    e.zone_op == S4K_ZOP_CLOSE)) {
         const int64_t z = e.zone_all ? -2 : zone_of (e.zone_lba * L);
         bool any = false;
         for (size_t i = 0; i < npend && !any; i++)

@@ -4,7 +4,8 @@
 drives"): in every sequential write required zone a state keeps a prefix,
 in log (acknowledged) order, of the zone's unflushed writes, cut at a
 physical sector that torn= may tear; conventional zones keep the per-sector
-rule; a FUA write, a zero, a reset or a finish makes its zone durable.
+rule; a FUA write, a zero, a reset, a finish or a close makes its zone durable
+(the device destages a zone it closes: lib/fault/fault_zone.c).
 An oracle enumerates those states here independently, per logical sector,
 and each crash point's states must be exactly the tool's (--states all,
 --output DIR): count and content.  Hand-built logs (512n: the prefix
@@ -101,7 +102,7 @@ def oracle(path, torn):
             if mark.startswith("sect4k-zone "):
                 op, arg = mark.split()[1:]
                 z = None if arg == "all" else zone(int(arg[4:]))
-                if op in ("reset", "finish") and any(
+                if op in ("reset", "finish", "close") and any(
                         z is None or writes[j]["zone"] == z for j in pend):
                     add_cp(i)
                     settle(z, i)
@@ -312,8 +313,8 @@ tap.ok(p.returncode == 0 and open(os.path.join(tmp, "s"), "rb").read()[
        "--state 0-3-k.k.z: a and b's first sector kept, its second "
        "zeroed by the cut: %s" % p.stderr.strip())
 
-# Durability: a FUA write settles its zone's earlier writes, a finish
-# and a reset theirs; open and close nothing; a flush everything.
+# Durability: a FUA write settles its zone's earlier writes, a close, a
+# finish and a reset theirs; open nothing; a flush everything.
 b_log = os.path.join(tmp, "b.log")
 w = wlogfmt.LogWriter(b_log, SIZE, L, L, zones=ZONES)
 w.write(4 * L, blk(0xa1))
@@ -322,8 +323,8 @@ w.write(5 * L, blk(0xb1))
 w.write(6 * L, blk(0xc1), fua=True)             # settles b
 w.write(7 * L, blk(0xd1))
 w.zone_op("open", 4)
-w.zone_op("close", 4)
-w.zone_op("finish", 4)                          # settles d
+w.zone_op("close", 4)                           # settles d
+w.zone_op("finish", 4)
 w.write(8 * L, blk(0xe1))
 w.write(12 * L, blk(0xf1))
 w.zone_op("reset", 8)                           # settles e, then zeroes
@@ -332,11 +333,21 @@ w.write(13 * L, blk(0xf2))
 w.write(1 * L, blk(0x11))
 w.zone_op("finish")                             # FINISH ALL: f1, f2
 w.close()
-# Crash points: the flush (a: 2), the FUA write (b: 2), the finish (d:
+# Crash points: the flush (a: 2), the FUA write (b: 2), the close (d:
 # 2), the reset (e, f1: 4), its zero (f1: 2), FINISH ALL (f1, f2 a
 # prefix of zone 3, 1 conventional: 6), the end (1: 2).
 got = compare(b_log, "512n", "none", "durable", counts=20)
 compare(b_log, "512n", "zero", "durable-zero")
+# A close makes its zone durable, the writes after it pending again
+# (with open and close changing nothing the end would have 3 states).
+g_log = os.path.join(tmp, "g.log")
+w = wlogfmt.LogWriter(g_log, SIZE, L, L, zones=ZONES)
+w.write(8 * L, blk(0xe1))
+w.zone_op("open", 8)
+w.zone_op("close", 8)                           # settles e1: 2
+w.write(9 * L, blk(0xe2))
+w.close()                                       # e2: 2
+compare(g_log, "512n", "none", "close", counts=2 + 2)
 # 512e: a physical sector of 8 LBAs, cut sectors torn, unreadable,
 # garbage.  Zones of 16 LBAs, the first conventional; an atomic write is
 # kept or dropped whole.
@@ -397,10 +408,10 @@ tap.ok(p.returncode == 0 and
        "sect4k-wlog-dump shows the layout, the zone operations and the "
        "reset's zeroes")
 # Crash points: the flush (conventional 2 x zone 1's 3 sectors 4), the
-# FUA write (2 x 2), the finish (2 x 2), the reset (2), its zero (1), the
-# end (2 x 3 x 2).
+# FUA write (2 x 2), the finish (2 x 2), the reset (2), its zero (1),
+# CLOSE ALL (zone 1's 2 x zone 3's 3), the end (2).
 got = compare(e_log, "512e", "none", "engine",
-              counts=8 + 4 + 4 + 2 + 1 + 12)
+              counts=8 + 4 + 4 + 2 + 1 + 6 + 2)
 compare(e_log, "512e", "zero", "engine-zero")
 # The same states served to a checker over NBD (dumpstate.py writes
 # each one's LBAs), and the summary names the zones.

@@ -50,10 +50,6 @@ test_keys (void)
     { "size=64M zoned=host-managed zone-size=4M strict=false",
       "zoned= and strict=false: a zoned drive takes whole logical blocks "
       "only" },
-    { "size=64M zoned=host-managed zone-size=4M write-cache=true "
-      "file=/nonexistent/z.img",
-      "zoned=, file=/nonexistent/z.img and write-cache=true: the zone "
-      "state file would keep write pointers above data the cache lost" },
     { "size=64M zoned=smr", "zoned=smr: must be host-managed, host-aware "
       "or none" },
     { "size=64M model=512e-xp zoned=host-managed zone-size=4M",

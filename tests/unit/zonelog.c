@@ -11,7 +11,14 @@
  * and writes the device's bytes at the end to IMAGE.  OP: w:LBA:N[:fua]
  * (N blocks, each 16-byte pattern (op number + 1, LBA) repeated, as
  * tests/crash/superset.t writes), z:LBA:N[:fua], f (flush), mark:NAME,
- * and reset|finish|open|close:LBA|all. */
+ * and reset|finish|open|close:LBA|all.  And for tests/crash/
+ * zoned-superset.t:
+ *   unit-zonelog cuts LOG DIR KEYS RUNS OP...
+ * runs OPs RUNS times, each on a new device of KEYS with seed=BASE+run
+ * (KEYS hold write-cache=true and seed=BASE), the first with
+ * write-log=LOG, then cuts the power (s4k_dev_power_cut) and writes the
+ * device's bytes to DIR/RUN, the LBAs a read fails with EIO to
+ * DIR/RUN.eio (one "A-A" line each, as sect4k-crash --output does). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,11 +106,60 @@ record (int argc, char **argv)
   return 0;
 }
 
+static int
+cuts (int argc, char **argv)
+{
+  if (argc < 6)
+    bail ("usage: unit-zonelog cuts LOG DIR KEYS RUNS OP...");
+  const char *sp = strstr (argv[4], "seed=");
+  const unsigned long base = sp ? strtoul (sp + 5, NULL, 10) : 0;
+  const int runs = atoi (argv[5]);
+  for (int run = 0; run < runs; run++) {
+    char keys[1400], path[1100];
+    /* The last seed= wins: each run's outcomes its own. */
+    snprintf (keys, sizeof keys, "%s seed=%lu%s%s", argv[4], base + run,
+              run ? "" : " write-log=", run ? "" : argv[2]);
+    struct s4k_dev *d = open_dev (keys);
+    const struct s4k_geometry *g = s4k_dev_geometry (d);
+    for (int i = 6; i < argc; i++) {
+      int r = run_op (d, g->logical, i - 6, argv[i]);
+      if (r)
+        bail ("%s: %s", argv[i], s4k_strerror (-r));
+    }
+    char *rep = NULL;
+    if (s4k_dev_power_cut (d, -1, &rep))
+      bail ("power cut");
+    free (rep);
+    char *img = calloc (1, g->size);
+    snprintf (path, sizeof path, "%s/%d.eio", argv[3], run);
+    FILE *eio = fopen (path, "w");
+    if (!img || !eio)
+      bail ("%s: cannot write", path);
+    for (uint64_t lba = 0; lba < g->size / g->logical; lba++)
+      if (s4k_read (d, img + lba * g->logical, g->logical,
+                    lba * g->logical) != 0) {
+        memset (img + lba * g->logical, 0, g->logical);
+        fprintf (eio, "%llu-%llu\n", (unsigned long long) lba,
+                 (unsigned long long) lba);
+      }
+    snprintf (path, sizeof path, "%s/%d", argv[3], run);
+    FILE *fp = fopen (path, "wb");
+    if (fclose (eio) || !fp || fwrite (img, 1, g->size, fp) != g->size ||
+        fclose (fp))
+      bail ("%s: cannot write", path);
+    free (img);
+    s4k_dev_close (d);
+  }
+  return 0;
+}
+
 int
 main (int argc, char **argv)
 {
   if (argc > 1 && strcmp (argv[1], "record") == 0)
     return record (argc, argv);
+  if (argc > 1 && strcmp (argv[1], "cuts") == 0)
+    return cuts (argc, argv);
   const char *tmp = getenv ("TMPDIR") ? getenv ("TMPDIR") : "/tmp";
   char path[256], keys[512], err[512];
   snprintf (path, sizeof path, "%s/zonelog-unit.%ld", tmp, (long) getpid ());

@@ -101,10 +101,6 @@ test_refusals (void)
       "zoned=host-managed or zoned=host-aware" },
     { "size=64M zoned=host-managed zone-reformat=maybe", "zone-reformat="
       "maybe: not a boolean (true/false, on/off, yes/no, 1/0)" },
-    { "size=64M zoned=host-managed zone-size=4M write-cache=true "
-      "file=/nonexistent/x", "zoned=, file=/nonexistent/x and "
-      "write-cache=true: the zone state file would keep write pointers "
-      "above data the cache lost" },
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     struct s4k_config c;
