@@ -628,7 +628,7 @@ zoned_f2fs_cut () {
 
 zcut_run () {
   local mode=$1 pfx=$2 ctl=/tmp/zcut.ctl rep=/tmp/zcut.json img=/tmp/zcut.img
-  local keys dev b host out rc got want synced dirty moved errs t=$(date +%s) tt=
+  local keys dev b z host out rc got want synced dirty moved errs t=$(date +%s) tt=
   keys="$ZONED_USER_KEYS write-cache=true control=$ctl cut-report=$rep"
   rm -f "$ctl" "$rep" /tmp/zcut.stop /tmp/zcut.sums "$img" "$img.sect4k-zones"
   [ "$mode" = file ] && keys="$keys file=$img"
@@ -650,10 +650,11 @@ zcut_run () {
   zcut_writer sync & case_pids=$!
   zcut_writer a & case_pids="$case_pids $!"
   zcut_writer b & case_pids="$case_pids $!"
-  # Mid-write: four fsync'd files done, at least 64 KiB unflushed in the
-  # drive's cache.
+  # Mid-write: four fsync'd files done, a sequential zone open, at least
+  # 64 KiB unflushed in the drive's cache.
   wait_for 120 sh -c '[ "$(cat /tmp/zcut.sums 2>/dev/null | wc -l)" -ge 4 ]'
-  wait_for 60 sh -c "sect4k-ctl $ctl status | grep -q '^dirty-bytes=[1-9][0-9]\{4,\}'"
+  wait_for 60 sh -c "sect4k-ctl $ctl zone list | grep -q 'type=seq-required cond=imp-open' &&
+    sect4k-ctl $ctl status | grep -q '^dirty-bytes=[1-9][0-9]\{4,\}'"
   # The host dies: nothing more reaches the drive.  Then the drive's power.
   b=${dev#/dev/}
   echo offline > "/sys/block/$b/device/state"
@@ -692,12 +693,16 @@ zcut_run () {
   is "$pfx: no zone is open after the cut" "$(printf '%s\n' "$got" | grep -c ' o[ie]$')" 0
   moved=$(sed -n 's/.*"wp_before": \([0-9]*\), "wp_after": \([0-9]*\),.*/\1 \2/p' "$rep" |
     while read -r x y; do [ "$x" -gt "$y" ] && echo "$x $y"; done | wc -l)
-  check "$pfx: the cut moved $((moved)) write pointers back" test "$moved" -gt 0
+  check "$pfx: the cut moved $((moved)) write pointers back" test "$moved" -gt 0 ||
+    diag "the zones before the cut:" "$(grep -v -e 'cond=empty' -e 'cond=not-wp' -e 'cond=full' /tmp/zcut.pre | head -n 8)"
   errs=$(printf '%s\n' "$got" | zcut_zones "$dev" "$rep")
   is "$pfx: every sequential zone reads data below its pointer, zeroes above it" "$errs" ""
   tt="$tt, zone checks $(( $(date +%s) - t )) s"; t=$(date +%s)
   diag "$(grep '"wp_after"' "$rep" | head -n 4)"
-  diag "$(printf '%s\n' "$out" | grep SEQ_WRITE | grep -v 'zcond: 1(em)' | head -n 6)"
+  for z in $(sed -n 's/.*"zone": \([0-9]*\),.*/\1/p' "$rep" | head -n 4); do
+    printf '%s\n' "$out" | grep "start: $(printf '0x%09x' "$z")"
+  done > /tmp/zcut.changed
+  diag "$(cat /tmp/zcut.changed)"
   if [ "$mode" = file ]; then
     stop_pid "$scsi_pid" 60
     is "$pfx: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
