@@ -628,7 +628,7 @@ zoned_f2fs_cut () {
 
 zcut_run () {
   local mode=$1 pfx=$2 ctl=/tmp/zcut.ctl rep=/tmp/zcut.json img=/tmp/zcut.img
-  local keys dev b z host out rc got want synced dirty moved errs t=$(date +%s) tt=
+  local keys dev b z host out rc got want synced dirty moved errs try t=$(date +%s) tt=
   keys="$ZONED_USER_KEYS write-cache=true control=$ctl cut-report=$rep"
   rm -f "$ctl" "$rep" /tmp/zcut.stop /tmp/zcut.sums "$img" "$img.sect4k-zones"
   [ "$mode" = file ] && keys="$keys file=$img"
@@ -651,17 +651,23 @@ zcut_run () {
   zcut_writer a & case_pids="$case_pids $!"
   zcut_writer b & case_pids="$case_pids $!"
   # Mid-write: four fsync'd files done, a sequential zone open, at least
-  # 64 KiB unflushed in the drive's cache.
+  # 64 KiB unflushed in the drive's cache.  The host dies: nothing more
+  # reaches the drive (what it had in flight completes: a fsync's flush
+  # can leave nothing unflushed, then the host lives on and we try again).
   wait_for 120 sh -c '[ "$(cat /tmp/zcut.sums 2>/dev/null | wc -l)" -ge 4 ]'
-  wait_for 60 sh -c "sect4k-ctl $ctl zone list | grep -q 'type=seq-required cond=imp-open' &&
-    sect4k-ctl $ctl status | grep -q '^dirty-bytes=[1-9][0-9]\{4,\}'"
-  # The host dies: nothing more reaches the drive.  Then the drive's power.
-  b=${dev#/dev/}
-  echo offline > "/sys/block/$b/device/state"
+  b=${dev#/dev/} dirty=0
+  for try in 1 2 3 4 5; do
+    wait_for 60 sh -c "sect4k-ctl $ctl zone list | grep -q 'type=seq-required cond=imp-open' &&
+      sect4k-ctl $ctl status | grep -q '^dirty-bytes=[1-9][0-9]\{4,\}'"
+    echo offline > "/sys/block/$b/device/state"
+    wait_for 10 sh -c "read r w < /sys/block/$b/inflight && [ \$r = 0 ] && [ \$w = 0 ]"
+    dirty=$(sect4k-ctl "$ctl" status | sed -n 's/^dirty-bytes=//p')
+    [ "${dirty:-0}" -gt 0 ] && break
+    echo running > "/sys/block/$b/device/state"
+  done
   sect4k-ctl "$ctl" zone list > /tmp/zcut.pre
-  dirty=$(sect4k-ctl "$ctl" status | sed -n 's/^dirty-bytes=//p')
+  tt="writers $(( $(date +%s) - t )) s (try $try)"; t=$(date +%s)
   sect4k-ctl "$ctl" power-cut >/dev/null
-  tt="writers $(( $(date +%s) - t )) s"; t=$(date +%s)
   check "$pfx: the control socket cut the power with $dirty bytes unflushed" test $? = 0 -a -s "$rep" || return
   touch /tmp/zcut.stop
   for p in $case_pids; do wait "$p" 2>/dev/null; done
