@@ -43,6 +43,9 @@ struct s4k_dev {
                                    counting (every request is planned) */
   uint64_t fast_write_max;      /* the same for writes: 0 also when
                                    logging them */
+  uint64_t fast_zoned_max;      /* a zoned device's writes: the same
+                                   fast path after the zone check (0: not
+                                   zoned, or the plan is needed) */
   unsigned pbits;               /* log2 physical */
   uint32_t max_request;
   bool strict;

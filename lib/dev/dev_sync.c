@@ -105,6 +105,42 @@ planned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
   return sync_request (d, S4K_OP_WRITE, (void *) buf, len, off, flags);
 }
 
+/* A zoned device's write of whole sectors [first, last]: what the plan
+ * does for it, minus the planning (begin, run, finish of a write that
+ * cuts no sector, with no statistics, no write log and no atomic layer:
+ * fast_zoned_max is 0 with any of them).  The zone check moves the write
+ * pointer (as zone_admit: under the zone lock, before the sector lock,
+ * its record on file with file=, and with FUA synced), the store writes (the
+ * fault layer, if any, is the store: it sees the write as from the
+ * plan), and a failed write moves the pointer back before the sectors
+ * are unlocked (zone_undo in finish).  Other writes: planned. */
+static __attribute__ ((noinline)) int
+zoned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
+             unsigned flags)
+{
+  uint64_t first, last;
+  if ((flags & (S4K_ATOMIC | S4K_ZONE_RAW)) ||
+      !whole_sectors (d, d->fast_zoned_max, len, off, &first, &last))
+    return planned_write (d, buf, len, off, flags);
+  /* zone_admit's write, with no op or flag left to test. */
+  const uint64_t lba = off >> d->lbits, n = len >> d->lbits;
+  int r = s4k_zones_write (d->zones, lba, n);
+  if (__builtin_expect (r != 0, 0))
+    return s4k_zone_errno (-r);
+  if (__builtin_expect ((flags & S4K_FUA) && d->zmap, 0) &&
+      (r = dev_zones_file_sync (d, lba))) {
+    s4k_zones_rewind (d->zones, lba, n);
+    return r;
+  }
+  struct s4k_io io = { (void *) buf, len, off };
+  s4k_lock (d->locks, first, last, false);
+  r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);
+  if (__builtin_expect (r < 0, 0))
+    s4k_zones_rewind (d->zones, lba, n);
+  s4k_unlock (d->locks, first, last, false);
+  return r;
+}
+
 int
 s4k_read (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
 {
@@ -180,6 +216,8 @@ s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
     s4k_unlock (d->locks, first, last, false);
     return r;
   }
+  if (__builtin_expect (d->fast_zoned_max != 0, 0))
+    return zoned_write (d, buf, len, off, flags);
   return planned_write (d, buf, len, off, flags);
 }
 

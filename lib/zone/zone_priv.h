@@ -15,6 +15,9 @@ struct zone {
   uint8_t type, cond;
   bool non_seq;
   bool mark;                    /* OPEN ALL: closed when it began */
+  /* 0, or wp + 1 while the zone is armed for writes without the lock
+   * (zone.c, zone_fast): then it, not wp, is the write pointer. */
+  _Atomic uint64_t fwp;
 };
 
 /* Zones changed under the lock since it was taken, whose records

@@ -169,6 +169,7 @@ def random_ops(rng, geom):
     L, size, zl = GEOMS[geom]
     P = 4096 // L
     wp = {z: z * zl for z in (1, 2, 3)}
+    opened = set()              # explicitly opened while empty
     ops = []
     for _ in range(rng.randrange(3, 8)):
         r = rng.random()
@@ -190,10 +191,17 @@ def random_ops(rng, geom):
             all_ = rng.random() < 0.15
             ops.append("%s:%s" % (op, "all" if all_ else z * zl))
             for k in ((1, 2, 3) if all_ else (z,)):
-                if op == "finish" and (not all_ or wp[k] > k * zl):
+                # FINISH ALL takes open and closed zones: an empty zone
+                # opened explicitly too, not one left empty.
+                if op == "finish" and (not all_ or wp[k] > k * zl or
+                                       k in opened):
                     wp[k] = (k + 1) * zl
                 elif op == "reset":
                     wp[k] = k * zl
+                if op == "open" and not all_ and wp[k] < (k + 1) * zl:
+                    opened.add(k)
+                elif op != "open":
+                    opened.discard(k)
     return ops or ["w:%d:%d" % (zl, P)]
 
 

@@ -5,13 +5,17 @@
  * nothing, on the zones or the data), reads across zone types, trims
  * that free conventional zones only, the ZBC OUT operations through
  * s4k_dev_zone_op (RESET discarding the data below the old write
- * pointer), and a write the store fails moving the pointer back. */
+ * pointer), and a write the store fails moving the pointer back (a power
+ * cut; the file store past RLIMIT_FSIZE, on the fast path and the plan). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "sect4k/sect4k.h"
 #include "sect4k/zone.h"
@@ -433,12 +437,66 @@ test_append (void)
   free (rd);
 }
 
+/* A write the store itself fails, no power cut (whose own handling of
+ * the pointers would hide a missing rewind): the file store past
+ * RLIMIT_FSIZE fails it with EFBIG.  Its pointer moves back, on the
+ * zoned fast path (dev_sync.c) and on the plan (stats=true), so that
+ * the write can be sent again at the same place. */
+static void
+test_store_fails (void)
+{
+  char img[] = "/tmp/zonedev-XXXXXX";
+  int fd = mkstemp (img);
+  if (fd == -1)
+    bail ("mkstemp");
+  close (fd);
+  char keys[256], zpath[300];
+  snprintf (zpath, sizeof zpath, "%s.sect4k-zones", img);
+  char *buf = calloc (1, 8192);
+  struct rlimit old, lim;
+  if (getrlimit (RLIMIT_FSIZE, &old) == -1)
+    bail ("getrlimit");
+  signal (SIGXFSZ, SIG_IGN);
+  for (int stats = 0; stats < 2; stats++) {
+    const char *how = stats ? "planned (stats=true)" : "fast path";
+    snprintf (keys, sizeof keys, "size=8M model=4kn zoned=host-managed "
+              "zone-size=1M file=%s zone-reformat=true stats=%s", img,
+              stats ? "true" : "false");
+    struct s4k_dev *d = open_dev (keys);
+    lim = old;
+    lim.rlim_cur = (4 << 20) + 8192;    /* zone 4's first 2 LBAs */
+    if (setrlimit (RLIMIT_FSIZE, &lim) == -1)
+      bail ("setrlimit");
+    ok (s4k_write (d, buf, 8192, 1 << 20, 0) == 0 &&
+        zone (d, 256).wp == 258, "%s: a write below the limit passes", how);
+    ok (s4k_write (d, buf, 8192, 5 << 20, 0) == -EFBIG &&
+        zone (d, 1280).wp == 1280 && zone (d, 1280).cond == S4K_ZC_EMPTY,
+        "%s: the store fails a write: its zone's pointer back, EMPTY", how);
+    ok (s4k_write (d, buf, 8192, 4 << 20, 0) == 0 &&
+        s4k_write (d, buf, 8192, (4 << 20) + 8192, S4K_FUA) == -EFBIG &&
+        zone (d, 1024).wp == 1026 &&
+        zone (d, 1024).cond == S4K_ZC_IMP_OPEN,
+        "%s: a FUA write after one accepted fails: back to the first's "
+        "end, still open", how);
+    if (setrlimit (RLIMIT_FSIZE, &old) == -1)
+      bail ("setrlimit");
+    ok (s4k_write (d, buf, 8192, 5 << 20, 0) == 0 &&
+        zone (d, 1280).wp == 1282, "%s: sent again, it passes", how);
+    s4k_dev_close (d);
+  }
+  signal (SIGXFSZ, SIG_DFL);
+  unlink (img);
+  unlink (zpath);
+  free (buf);
+}
+
 int
 main (void)
 {
   test_keys ();
   test_writes ();
   test_rewind ();
+  test_store_fails ();
   test_race ();
   test_append ();
   return done_testing ();
