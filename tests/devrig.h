@@ -59,4 +59,18 @@ open_dev (const char *keys)
   return d;
 }
 
+/* The zone of a zoned device holding lba, as REPORT ZONES gives it, or
+ * bail out (after sect4k/zone.h). */
+#ifdef SECT4K_ZONE_H
+TAP_UNUSED static struct s4k_zone_desc
+dev_zone (struct s4k_dev *d, uint64_t lba)
+{
+  struct s4k_zone_desc z;
+  uint64_t listed;
+  if (s4k_zones_report (s4k_dev_zones (d), lba, 0, true, &z, 1, &listed) != 1)
+    bail ("report at %llu", (unsigned long long) lba);
+  return z;
+}
+#endif
+
 #endif

@@ -22,17 +22,6 @@
 #include "tap.h"
 #include "devrig.h"
 
-/* The zone holding lba, as REPORT ZONES gives it. */
-static struct s4k_zone_desc
-zone (struct s4k_dev *d, uint64_t lba)
-{
-  struct s4k_zone_desc z;
-  uint64_t listed;
-  if (s4k_zones_report (s4k_dev_zones (d), lba, 0, true, &z, 1, &listed) != 1)
-    bail ("report at %llu", (unsigned long long) lba);
-  return z;
-}
-
 static bool
 all_bytes (const char *p, size_t n, int v)
 {
@@ -99,11 +88,11 @@ test_writes (void)
   memset (buf, 0xab, 1 << 20);
 
   ok (s4k_write (d, buf, 4096, B (Z (1)), 0) == 0 &&
-      zone (d, Z (1)).wp == Z (1) + 8 &&
-      zone (d, Z (1)).cond == S4K_ZC_IMP_OPEN,
+      dev_zone (d, Z (1)).wp == Z (1) + 8 &&
+      dev_zone (d, Z (1)).cond == S4K_ZC_IMP_OPEN,
       "a write at the write pointer: the pointer moves, the zone opens");
   ok (s4k_zone_err_of (s4k_write (d, buf, 4096, B (Z (1)), 0)) ==
-      S4K_ZERR_UNALIGNED_WRITE && zone (d, Z (1)).wp == Z (1) + 8,
+      S4K_ZERR_UNALIGNED_WRITE && dev_zone (d, Z (1)).wp == Z (1) + 8,
       "a write below the write pointer: UNALIGNED WRITE, nothing moves");
   ok (s4k_zone_err_of (s4k_write (d, buf, 512, B (Z (1) + 8), 0)) ==
       S4K_ZERR_UNALIGNED_PHYSICAL,
@@ -115,7 +104,7 @@ test_writes (void)
       S4K_ZERR_UNALIGNED_WRITE,
       "zeroes across a zone's end or off the pointer refused");
   ok (s4k_zero (d, 8192, B (Z (1) + 8), 0) == 0 &&
-      zone (d, Z (1)).wp == Z (1) + 24,
+      dev_zone (d, Z (1)).wp == Z (1) + 24,
       "a zero at the write pointer is a write: the pointer moves");
   ok (s4k_write (d, buf, 4096, B (100), 0) == 0 &&
       s4k_write (d, buf, 512, B (3), 0) == 0,
@@ -140,14 +129,14 @@ test_writes (void)
       s4k_read (d, rd, 4096, B (100)) == 0 && all_bytes (rd, 4096, 0),
       "a trim over both zone kinds frees the conventional zone's blocks "
       "and leaves the sequential zone's");
-  ok (zone (d, Z (1)).wp == Z (1) + 24, "a trim moves no write pointer");
+  ok (dev_zone (d, Z (1)).wp == Z (1) + 24, "a trim moves no write pointer");
 
   /* Full zone. */
   ok (s4k_write (d, buf, 1 << 20, B (Z (2)), 0) == 0 &&
       s4k_write (d, buf, 1 << 20, B (Z (2) + 2048), 0) == 0 &&
       s4k_write (d, buf, 1 << 20, B (Z (2) + 4096), 0) == 0 &&
       s4k_write (d, buf, 1 << 20, B (Z (2) + 6144), 0) == 0 &&
-      zone (d, Z (2)).cond == S4K_ZC_FULL,
+      dev_zone (d, Z (2)).cond == S4K_ZC_FULL,
       "four 1 MiB writes fill zone 2");
   memset (buf, 0xcd, 4096);
   ok (s4k_zone_err_of (s4k_write (d, buf, 4096, B (Z (2)), 0)) ==
@@ -158,7 +147,7 @@ test_writes (void)
   /* The open limit (2): zones 1 (implicitly) open; 3 explicitly. */
   ok (s4k_dev_zone_op (d, S4K_ZOP_OPEN, Z (3), false) == 0 &&
       s4k_dev_zone_op (d, S4K_ZOP_OPEN, Z (4), false) == 0 &&
-      zone (d, Z (1)).cond == S4K_ZC_CLOSED,
+      dev_zone (d, Z (1)).cond == S4K_ZC_CLOSED,
       "OPEN of two zones at the limit closes the implicitly open one");
   ok (s4k_zone_err_of (s4k_write (d, buf, 4096, B (Z (5)), 0)) ==
       S4K_ZERR_INSUFFICIENT_RESOURCES &&
@@ -167,12 +156,12 @@ test_writes (void)
       "both open explicitly: a write or OPEN of another zone gets "
       "INSUFFICIENT ZONE RESOURCES");
   ok (s4k_dev_zone_op (d, S4K_ZOP_CLOSE, Z (4), false) == 0 &&
-      zone (d, Z (4)).cond == S4K_ZC_EMPTY &&
+      dev_zone (d, Z (4)).cond == S4K_ZC_EMPTY &&
       s4k_write (d, buf, 4096, B (Z (5)), 0) == 0,
       "CLOSE of an empty open zone makes it EMPTY; room for a write");
   ok (s4k_dev_zone_op (d, S4K_ZOP_FINISH, Z (5), false) == 0 &&
-      zone (d, Z (5)).cond == S4K_ZC_FULL &&
-      zone (d, Z (5)).wp == Z (6),
+      dev_zone (d, Z (5)).cond == S4K_ZC_FULL &&
+      dev_zone (d, Z (5)).wp == Z (6),
       "FINISH: full, the pointer at the zone's end");
   ok (s4k_zone_err_of (s4k_dev_zone_op (d, S4K_ZOP_RESET, Z (1) + 8,
                                         false)) == S4K_ZERR_NOT_ZONE_START &&
@@ -184,7 +173,7 @@ test_writes (void)
 
   /* RESET discards the data. */
   ok (s4k_dev_zone_op (d, S4K_ZOP_RESET, Z (2), false) == 0 &&
-      zone (d, Z (2)).cond == S4K_ZC_EMPTY && zone (d, Z (2)).wp == Z (2) &&
+      dev_zone (d, Z (2)).cond == S4K_ZC_EMPTY && dev_zone (d, Z (2)).wp == Z (2) &&
       s4k_read (d, rd, 1 << 20, B (Z (2))) == 0 &&
       all_bytes (rd, 1 << 20, 0) && s4k_read (d, rd, 4096, B (Z (1))) == 0 &&
       all_bytes (rd, 4096, 0xab),
@@ -194,8 +183,8 @@ test_writes (void)
       s4k_dev_zone_op (d, S4K_ZOP_RESET, 0, true) == 0 &&
       s4k_read (d, rd, 4096, B (Z (1))) == 0 && all_bytes (rd, 4096, 0) &&
       s4k_read (d, rd, 4096, B (Z (2))) == 0 && all_bytes (rd, 4096, 0) &&
-      zone (d, Z (1)).cond == S4K_ZC_EMPTY &&
-      zone (d, Z (5)).cond == S4K_ZC_EMPTY &&
+      dev_zone (d, Z (1)).cond == S4K_ZC_EMPTY &&
+      dev_zone (d, Z (5)).cond == S4K_ZC_EMPTY &&
       s4k_read (d, rd, 4096, 0) == 0 && all_bytes (rd, 4096, 0xcd),
       "RESET ALL: every sequential zone reads zeroes, conventional data "
       "stays");
@@ -206,9 +195,9 @@ test_writes (void)
   d = open_dev ("size=64M model=512e zoned=host-aware zone-size=4M");
   rd = malloc (4096);
   ok (s4k_write (d, buf, 4096, B (Z (1) + 64), 0) == 0 &&
-      zone (d, Z (1)).wp == Z (1) + 72 && zone (d, Z (1)).non_seq &&
+      dev_zone (d, Z (1)).wp == Z (1) + 72 && dev_zone (d, Z (1)).non_seq &&
       s4k_write (d, buf, 4096, B (Z (1)), 0) == 0 &&
-      zone (d, Z (1)).wp == Z (1) + 72,
+      dev_zone (d, Z (1)).wp == Z (1) + 72,
       "host-aware: writes off the pointer pass, the pointer moves up only, "
       "NON_SEQ set");
   ok (s4k_trim (d, 4096, B (Z (1)), 0) == 0 &&
@@ -229,13 +218,13 @@ test_rewind (void)
   char *buf = calloc (1, 1 << 20);
   const uint64_t z1 = 1024;     /* 4kn: 1024 LBAs a zone */
   ok (s4k_write (d, buf, 8192, z1 * 4096, 0) == 0 &&
-      zone (d, z1).wp == z1 + 2, "4kn: a write at zone 1");
+      dev_zone (d, z1).wp == z1 + 2, "4kn: a write at zone 1");
   ok (s4k_write (d, buf, 8192, (z1 + 2) * 4096, 0) == -EIO &&
-      zone (d, z1).wp == z1 + 2 && zone (d, z1).cond == S4K_ZC_CLOSED,
+      dev_zone (d, z1).wp == z1 + 2 && dev_zone (d, z1).cond == S4K_ZC_CLOSED,
       "the store fails the next write (power cut): the pointer moves back, "
       "the zone closed (open zones do not survive a power loss)");
   ok (s4k_write (d, buf, 8192, (z1 + 2) * 4096, 0) == 0 &&
-      zone (d, z1).wp == z1 + 4, "a write at the pointer again passes");
+      dev_zone (d, z1).wp == z1 + 4, "a write at the pointer again passes");
   s4k_dev_close (d);
 
   /* A write that filled its zone, failed: not full any more. */
@@ -243,14 +232,14 @@ test_rewind (void)
                 "power-cut-after=2");
   ok (s4k_write (d, buf, 4096, 0, 0) == 0 &&
       s4k_write (d, buf, (1 << 20) - 4096, 4096, 0) == -EIO &&
-      zone (d, 0).wp == 1 && zone (d, 0).cond == S4K_ZC_CLOSED,
+      dev_zone (d, 0).wp == 1 && dev_zone (d, 0).cond == S4K_ZC_CLOSED,
       "a failed write that would have filled its zone (a power cut): "
       "closed, the pointer back");
   s4k_dev_close (d);
   d = open_dev ("size=64M model=4kn zoned=host-managed zone-size=1M "
                 "power-cut-after=1");
   ok (s4k_write (d, buf, 8192, 1 << 20, 0) == -EIO &&
-      zone (d, 256).wp == 256 && zone (d, 256).cond == S4K_ZC_EMPTY,
+      dev_zone (d, 256).wp == 256 && dev_zone (d, 256).cond == S4K_ZC_EMPTY,
       "a failed first write of a zone leaves it EMPTY");
   s4k_dev_close (d);
 
@@ -302,7 +291,7 @@ racer (void *arg)
   memset (buf, 'a' + id, sizeof buf);
   pthread_barrier_wait (&race_start);
   for (;;) {
-    const struct s4k_zone_desc z = zone (race_dev, 1024);
+    const struct s4k_zone_desc z = dev_zone (race_dev, 1024);
     if (z.cond == S4K_ZC_FULL)
       return NULL;
     sched_yield ();             /* let another writer read the same pointer */
@@ -341,7 +330,7 @@ test_race (void)
   }
   for (unsigned i = 0; whole && i < RACERS; i++)
     whole = seen[i] == race_ok[i];
-  ok (total == 1024 && whole && zone (race_dev, 1024).wp == 2048,
+  ok (total == 1024 && whole && dev_zone (race_dev, 1024).wp == 2048,
       "%d writers racing at one write pointer: %u accepted (one per block, "
       "each block its writer's), %u refused off the pointer", RACERS, total,
       (unsigned) race_refused);
@@ -378,14 +367,14 @@ test_append (void)
   uint64_t off = B (Z (1));
   ok (s4k_write (d, buf, 4096, B (Z (1)), 0) == 0 &&
       s4k_dev_zone_append (d, buf, 8192, &off, 0) == 0 &&
-      off == B (Z (1) + 8) && zone (d, Z (1)).wp == Z (1) + 24,
+      off == B (Z (1) + 8) && dev_zone (d, Z (1)).wp == Z (1) + 24,
       "an append after 8 LBAs goes to LBA +8 (got +%llu), the pointer +24",
       (unsigned long long) (off / 512 - Z (1)));
   ok (s4k_read (d, rd, 12288, B (Z (1))) == 0 && all_bytes (rd, 12288, 0xcd),
       "... its data is there");
   off = B (Z (1) + 8);
   ok (s4k_zone_err_of (s4k_dev_zone_append (d, buf, 4096, &off, 0)) ==
-      S4K_ZERR_NOT_ZONE_START && zone (d, Z (1)).wp == Z (1) + 24,
+      S4K_ZERR_NOT_ZONE_START && dev_zone (d, Z (1)).wp == Z (1) + 24,
       "an append off a zone start: NOT_ZONE_START, nothing moves");
   off = 0;
   ok (s4k_zone_err_of (s4k_dev_zone_append (d, buf, 4096, &off, 0)) ==
@@ -396,11 +385,11 @@ test_append (void)
     s4k_dev_zone_append (d, buf, 65536, &off, 0), off = B (Z (2));
   s4k_dev_zone_append (d, buf, 61440, &off, 0), off = B (Z (2));
   ok (s4k_zone_err_of (s4k_dev_zone_append (d, buf, 8192, &off, 0)) ==
-      S4K_ZERR_WRITE_BOUNDARY && zone (d, Z (2)).wp == Z (2) + 8184,
+      S4K_ZERR_WRITE_BOUNDARY && dev_zone (d, Z (2)).wp == Z (2) + 8184,
       "an append past the zone's end: WRITE_BOUNDARY, the pointer stays");
   off = B (Z (2));
   ok (s4k_dev_zone_append (d, buf, 4096, &off, 0) == 0 &&
-      off == B (Z (2) + 8184) && zone (d, Z (2)).cond == S4K_ZC_FULL,
+      off == B (Z (2) + 8184) && dev_zone (d, Z (2)).cond == S4K_ZC_FULL,
       "... one that fits goes in, at the last 8 LBAs: the zone is full");
   ok (s4k_dev_zone_op (d, S4K_ZOP_FINISH, Z (2), false) == 0 &&
       (off = B (Z (2)), s4k_zone_err_of (s4k_dev_zone_append (d, buf, 512, &off,
@@ -423,7 +412,7 @@ test_append (void)
       if (blk < 256)
         seen[blk] = true;
     }
-  ok (tiled && zone (d, Z (3)).wp == Z (3) + 2048,
+  ok (tiled && dev_zone (d, Z (3)).wp == Z (3) + 2048,
       "4 threads x 64 appends of 4 KiB: each a block of its own, the "
       "pointer after the 256");
   struct s4k_dev *ha = open_dev ("size=64M model=512e zoned=host-aware "
@@ -468,20 +457,20 @@ test_store_fails (void)
     if (setrlimit (RLIMIT_FSIZE, &lim) == -1)
       bail ("setrlimit");
     ok (s4k_write (d, buf, 8192, 1 << 20, 0) == 0 &&
-        zone (d, 256).wp == 258, "%s: a write below the limit passes", how);
+        dev_zone (d, 256).wp == 258, "%s: a write below the limit passes", how);
     ok (s4k_write (d, buf, 8192, 5 << 20, 0) == -EFBIG &&
-        zone (d, 1280).wp == 1280 && zone (d, 1280).cond == S4K_ZC_EMPTY,
+        dev_zone (d, 1280).wp == 1280 && dev_zone (d, 1280).cond == S4K_ZC_EMPTY,
         "%s: the store fails a write: its zone's pointer back, EMPTY", how);
     ok (s4k_write (d, buf, 8192, 4 << 20, 0) == 0 &&
         s4k_write (d, buf, 8192, (4 << 20) + 8192, S4K_FUA) == -EFBIG &&
-        zone (d, 1024).wp == 1026 &&
-        zone (d, 1024).cond == S4K_ZC_IMP_OPEN,
+        dev_zone (d, 1024).wp == 1026 &&
+        dev_zone (d, 1024).cond == S4K_ZC_IMP_OPEN,
         "%s: a FUA write after one accepted fails: back to the first's "
         "end, still open", how);
     if (setrlimit (RLIMIT_FSIZE, &old) == -1)
       bail ("setrlimit");
     ok (s4k_write (d, buf, 8192, 5 << 20, 0) == 0 &&
-        zone (d, 1280).wp == 1282, "%s: sent again, it passes", how);
+        dev_zone (d, 1280).wp == 1282, "%s: sent again, it passes", how);
     s4k_dev_close (d);
   }
   signal (SIGXFSZ, SIG_DFL);

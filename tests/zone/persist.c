@@ -49,16 +49,6 @@ try_open (struct s4k_dev **d, const char *k, char *err, size_t errlen)
   return s4k_dev_open (d, &c, err, errlen) ? -1 : 0;
 }
 
-static struct s4k_zone_desc
-zone (struct s4k_dev *d, uint64_t lba)
-{
-  struct s4k_zone_desc z;
-  uint64_t listed;
-  if (s4k_zones_report (s4k_dev_zones (d), lba, 0, true, &z, 1, &listed) != 1)
-    bail ("report at %llu", (unsigned long long) lba);
-  return z;
-}
-
 /* Every zone of z, as REPORT ZONES gives it. */
 static int
 report_all (struct s4k_zones *z, struct s4k_zone_desc *out, uint32_t max)
@@ -176,7 +166,7 @@ test_restart (void)
   ok (s4k_zone_err_of (s4k_write (d, buf, 4096, B (Z (1)), 0)) ==
       S4K_ZERR_UNALIGNED_WRITE &&
       s4k_write (d, buf, 4096, B (Z (1) + 16), 0) == 0 &&
-      zone (d, Z (1)).cond == S4K_ZC_IMP_OPEN &&
+      dev_zone (d, Z (1)).cond == S4K_ZC_IMP_OPEN &&
       s4k_zone_err_of (s4k_write (d, buf, 4096, B (Z (7)), 0)) ==
       S4K_ZERR_OFFLINE,
       "the write pointer is where it was: a write at the old start is "
@@ -187,9 +177,9 @@ test_restart (void)
       "repaired");
   s4k_dev_close (d);
   d = open_dev (keys (HM, "a.img"));
-  ok (zone (d, Z (7)).cond == S4K_ZC_EMPTY &&
-      zone (d, Z (0)).cond == S4K_ZC_NOT_WP &&
-      zone (d, Z (1)).wp == Z (1) + 24,
+  ok (dev_zone (d, Z (7)).cond == S4K_ZC_EMPTY &&
+      dev_zone (d, Z (0)).cond == S4K_ZC_NOT_WP &&
+      dev_zone (d, Z (1)).wp == Z (1) + 24,
       "a repair and the write after the restart are on record too");
   s4k_dev_close (d);
 
@@ -197,11 +187,11 @@ test_restart (void)
   const char *ha = "size=16M zoned=host-aware zone-size=4M";
   d = open_dev (keys (ha, "ha.img"));
   ok (s4k_write (d, buf, 4096, B (Z (1) + 64), 0) == 0 &&
-      zone (d, Z (1)).non_seq, "host-aware: a write off the pointer sets "
+      dev_zone (d, Z (1)).non_seq, "host-aware: a write off the pointer sets "
       "NON_SEQ");
   s4k_dev_close (d);
   d = open_dev (keys (ha, "ha.img"));
-  struct s4k_zone_desc z1 = zone (d, Z (1));
+  struct s4k_zone_desc z1 = dev_zone (d, Z (1));
   ok (z1.non_seq && z1.wp == Z (1) + 72 && z1.cond == S4K_ZC_CLOSED,
       "host-aware after a restart: NON_SEQ and the write pointer kept, "
       "closed");
@@ -268,7 +258,7 @@ test_layout (void)
   ok (s4k_write (d, buf, 4096, B (16384), 0) == 0, "written");
   s4k_dev_close (d);
   ok (try_open (&d, keys (k8, "a.img"), err, sizeof err) == 0 &&
-      zone (d, 16384).wp == 16392,
+      dev_zone (d, 16384).wp == 16392,
       "restarted with the new layout and no zone-reformat: kept");
   s4k_dev_close (d);
 
@@ -284,7 +274,7 @@ test_layout (void)
       strcmp (err, want) == 0, "refused: %s", err);
   snprintf (k, sizeof k, "%s zone-reformat=true", k8);
   ok (try_open (&d, keys (k, "plain.img"), err, sizeof err) == 0 &&
-      zone (d, 0).cond == S4K_ZC_EMPTY, "zone-reformat=true: all empty");
+      dev_zone (d, 0).cond == S4K_ZC_EMPTY, "zone-reformat=true: all empty");
   s4k_dev_close (d);
 
   /* The data file gone, its zone state left. */
@@ -349,7 +339,7 @@ race (void *arg)
   for (unsigned i = 0; i < 400; i++) {
     /* Two threads on each zone at a time. */
     const uint64_t zl = Z (1 + (i + (r->id & 1)) % 8);
-    struct s4k_zone_desc z = zone (r->d, zl);
+    struct s4k_zone_desc z = dev_zone (r->d, zl);
     if (z.cond == S4K_ZC_FULL)
       s4k_dev_zone_op (r->d, S4K_ZOP_RESET, zl, false);
     else if (s4k_write (r->d, buf, 65536, B (z.wp), i % 16 ? 0 : S4K_FUA)
