@@ -25,8 +25,8 @@
 #include "sect4k/zone.h"
 #include "tap.h"
 #include "devrig.h"
+#include "killrig.h"
 
-static char dir[256];
 
 #define KZONES 32
 #define KLBAS 2048
@@ -34,34 +34,6 @@ static char dir[256];
 #define KKEYS "size=32M model=512e zoned=host-managed zone-size=1M " \
               "zone-conventional=2 zone-max-open=4 zone-max-active=6 " \
               "write-cache=true write-cache-size=64M"
-
-static const char *
-keys (const char *k, const char *name)
-{
-  static char buf[4][1300];
-  static unsigned n;
-  char *b = buf[n++ % 4];
-  snprintf (b, sizeof buf[0], "%s file=%s/%s", k, dir, name);
-  return b;
-}
-
-static int
-try_open (struct s4k_dev **d, const char *k, char *err, size_t errlen)
-{
-  struct s4k_config c;
-  if (configure (&c, k, err, errlen))
-    return -1;
-  return s4k_dev_open (d, &c, err, errlen) ? -1 : 0;
-}
-
-static uint64_t
-rng (uint64_t *s)
-{
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
 
 struct step {
   int kind;             /* 0 write, 1 open, 2 close, 3 finish, 4 reset, 5 flush */
@@ -84,22 +56,6 @@ step_of (uint64_t seed, uint64_t i)
   st.fua = rng (&s) % 6 == 0;
   st.blocks = 1 + rng (&s) % 16;
   return st;
-}
-
-static uint64_t
-pattern (uint64_t lba, uint32_t e)
-{
-  return (lba * 0x9E3779B97F4A7C15ull) ^ ((uint64_t) e << 48) ^ 0x1234;
-}
-
-static void
-fill (char *buf, uint64_t lba, uint64_t n, uint32_t e)
-{
-  for (uint64_t b = 0; b < n; b++)
-    for (int i = 0; i < 512; i += 8) {
-      uint64_t v = pattern (lba + b, e);
-      memcpy (buf + b * 512 + i, &v, 8);
-    }
 }
 
 /* The model: the zones, each zone's reset epoch and durable pointer. */
@@ -177,11 +133,6 @@ run_step (struct model *m, struct s4k_dev *d, const struct step *st,
       }
   return r;
 }
-
-struct ack {
-  uint64_t step;
-  int32_t result;
-};
 
 static void
 child (uint64_t seed, const char *k, int wfd)
@@ -265,37 +216,8 @@ kill_round (uint64_t seed, uint64_t kill_after, int *matched_in_flight)
   char name[64];
   snprintf (name, sizeof name, "kill-%llu.img", (unsigned long long) seed);
   const char *k = keys (KKEYS, name);
-  int p[2];
-  if (pipe (p))
-    bail ("pipe");
-  pid_t pid = fork ();
-  if (pid == 0) {
-    close (p[0]);
-    child (seed, k, p[1]);
-  }
-  close (p[1]);
-  size_t cap = 1024, n = 0;
-  struct ack *acks = malloc (cap * sizeof *acks);
-  bool killed = false;
-  for (;;) {
-    if (n == cap)
-      acks = realloc (acks, (cap *= 2) * sizeof *acks);
-    ssize_t r = read (p[0], &acks[n], sizeof *acks);
-    if (r == 0)
-      break;
-    if (r != sizeof *acks)
-      bail ("ack read");
-    n++;
-    if (!killed && n == kill_after) {
-      kill (pid, SIGKILL);
-      killed = true;
-    }
-  }
-  close (p[0]);
-  int status;
-  waitpid (pid, &status, 0);
-  if (!WIFSIGNALED (status) || WTERMSIG (status) != SIGKILL)
-    bail ("child: status %d", status);
+  size_t n;
+  struct ack *acks = acks_until_kill (child, seed, k, kill_after, &n);
 
   /* Acknowledged: steps [0, n); in flight: step n. */
   struct model a, b;

@@ -25,29 +25,9 @@
 #include "sect4k/zone.h"
 #include "tap.h"
 #include "devrig.h"
+#include "killrig.h"
 
-static char dir[256];
 void closed_view (struct s4k_zone_desc *z);
-
-/* "KEYS file=DIR/NAME" */
-static const char *
-keys (const char *k, const char *name)
-{
-  static char buf[4][512];
-  static unsigned n;
-  char *b = buf[n++ % 4];
-  snprintf (b, sizeof buf[0], "%s file=%s/%s", k, dir, name);
-  return b;
-}
-
-static int
-try_open (struct s4k_dev **d, const char *k, char *err, size_t errlen)
-{
-  struct s4k_config c;
-  if (configure (&c, k, err, errlen))
-    return -1;
-  return s4k_dev_open (d, &c, err, errlen) ? -1 : 0;
-}
 
 /* Every zone of z, as REPORT ZONES gives it. */
 static int
@@ -405,15 +385,6 @@ struct step {
   uint32_t blocks;              /* write: physical blocks (8 LBAs) */
 };
 
-static uint64_t
-rng (uint64_t *s)
-{
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
-
 /* Step i of the sequence of seed: the same in the child and the parent. */
 static struct step
 step_of (uint64_t seed, uint64_t i)
@@ -429,23 +400,6 @@ step_of (uint64_t seed, uint64_t i)
   st.fua = rng (&s) % 8 == 0;
   st.blocks = 1 + rng (&s) % 16;
   return st;
-}
-
-/* The 8 bytes at each 8-byte slot of LBA lba in reset epoch e. */
-static uint64_t
-pattern (uint64_t lba, uint32_t e)
-{
-  return (lba * 0x9E3779B97F4A7C15ull) ^ ((uint64_t) e << 48) ^ 0x1234;
-}
-
-static void
-fill (char *buf, uint64_t lba, uint64_t n, uint32_t e)
-{
-  for (uint64_t b = 0; b < n; b++)
-    for (int i = 0; i < 512; i += 8) {
-      uint64_t v = pattern (lba + b, e);
-      memcpy (buf + b * 512 + i, &v, 8);
-    }
 }
 
 /* What the replay tracks beside the zones: per zone, its reset epoch and
@@ -510,11 +464,6 @@ run_step (struct s4k_zones *m, struct track *t, struct s4k_dev *d,
   return r;
 }
 
-struct ack {
-  uint64_t step;
-  int32_t result;
-};
-
 static void
 child (uint64_t seed, const char *k, int wfd)
 {
@@ -572,37 +521,8 @@ kill_round (uint64_t seed, uint64_t kill_after)
   char name[64];
   snprintf (name, sizeof name, "kill-%llu.img", (unsigned long long) seed);
   const char *k = keys (KKEYS, name);
-  int p[2];
-  if (pipe (p))
-    bail ("pipe");
-  pid_t pid = fork ();
-  if (pid == 0) {
-    close (p[0]);
-    child (seed, k, p[1]);
-  }
-  close (p[1]);
-  size_t cap = 1024, n = 0;
-  struct ack *acks = malloc (cap * sizeof *acks);
-  bool killed = false;
-  for (;;) {
-    if (n == cap)
-      acks = realloc (acks, (cap *= 2) * sizeof *acks);
-    ssize_t r = read (p[0], &acks[n], sizeof *acks);
-    if (r == 0)
-      break;
-    if (r != sizeof *acks)
-      bail ("ack read");
-    n++;
-    if (!killed && n == kill_after) {
-      kill (pid, SIGKILL);       /* in the middle of the next steps */
-      killed = true;
-    }
-  }
-  close (p[0]);
-  int status;
-  waitpid (pid, &status, 0);
-  if (!WIFSIGNALED (status) || WTERMSIG (status) != SIGKILL)
-    bail ("child: status %d", status);
+  size_t n;
+  struct ack *acks = acks_until_kill (child, seed, k, kill_after, &n);
 
   /* Acknowledged: steps [0, n); in flight: step n. */
   struct track ta, tb;
