@@ -66,6 +66,14 @@
  *   copies nothing: zeroes, decided by one load, which is what those
  *   bytes held at that moment (a chunk reads as zeroes until a writer,
  *   having begun, installs it or clears its flag).
+ * - A release (a zero of a whole chunk) changes no byte while it marks
+ *   the slot: its pages go back to the kernel only after (mem_zero).
+ *   So it adds GEN to the word once, after the slot's store, with no
+ *   active window: a read whose first load sees the add (acquire) loads
+ *   the released slot and copies nothing; one whose first load comes
+ *   before it either copies the old bytes, still there, or sees the
+ *   add at its second load (the pages' zeroing comes after the add, as
+ *   a writer's bytes come after its begin) and tries again.
  * - Writers cannot starve a reader: after READ_TRIES attempts the read
  *   calls the engine's `contended` hook, which reads the piece again
  *   under the shared locks of its physical sectors (read_locked, no
@@ -178,6 +186,13 @@ seq_end (_Atomic uintptr_t *slot)
 {
   atomic_fetch_add_explicit (seq_of (slot), SEQ_GEN - 1,
                              memory_order_release);
+}
+
+/* A release: one more generation, no writer active (see the top). */
+static inline void
+seq_bump (_Atomic uintptr_t *slot)
+{
+  atomic_fetch_add_explicit (seq_of (slot), SEQ_GEN, memory_order_acq_rel);
 }
 
 struct slab {
@@ -461,7 +476,7 @@ read_chunk (struct mem_store *m, uint64_t ci, uint64_t co, char *buf,
  * setting its sector bits if need be.  The common case, a chunk there
  * with its bits set, is a lookup and the copy: the rest is out of line,
  * so that nothing here outlives the copy. */
-static inline int
+static inline __attribute__ ((always_inline)) int
 write_chunk (struct mem_store *m, uint64_t ci, uint64_t co, const char *buf,
              uint64_t n)
 {
@@ -469,8 +484,21 @@ write_chunk (struct mem_store *m, uint64_t ci, uint64_t co, const char *buf,
   uint64_t span;
   _Atomic uintptr_t *slot = slot_find (m, ci, &span);
   uintptr_t e = slot ? atomic_load_explicit (slot, memory_order_acquire) : 0;
-  if (__builtin_expect (!e || (e & RELEASED) || (e & bits) != bits, 0))
-    return write_chunk_slow (m, ci, co, buf, n, bits);
+  if (__builtin_expect (!e || (e & RELEASED) || (e & bits) != bits, 0)) {
+    if (!(e & RELEASED) || n != m->chunk)
+      return write_chunk_slow (m, ci, co, buf, n, bits);
+    /* A released chunk written whole (a zone rewritten after its reset):
+     * whatever its pages hold is overwritten, so there are no zeroes to
+     * keep, and the writer holds every sector of it: the slot is its
+     * own.  Here rather than out of line: as common as the write that
+     * follows a reset. */
+    seq_begin (slot);
+    memcpy ((char *) (e & ~SLOT_FLAGS), buf, n);
+    atomic_store_explicit (slot, (e & ~RELEASED) | bits, memory_order_release);
+    seq_end (slot);
+    atomic_fetch_add_explicit (&m->data_bytes, m->chunk, memory_order_relaxed);
+    return 0;
+  }
   seq_begin (slot);
   memcpy ((char *) (e & ~SLOT_FLAGS) + co, buf, n);
   seq_end (slot);
@@ -703,6 +731,51 @@ slot_extent (const struct mem_store *m, uint64_t s, uint64_t e, uint64_t co,
   return n < left ? n : left;
 }
 
+/* Chunks released by one zero: their pages go back to the kernel in
+ * runs once every slot says released (chunks carved one after another
+ * are often neighbours in memory), and their bytes leave data_bytes at
+ * once.  Until then the zeroing caller still holds every sector of
+ * them: no writer can meet a released chunk whose pages are not yet
+ * zeroes, and a reader takes the slot's word for it and copies nothing. */
+struct released {
+  char *p, *end;                /* the run of pages not yet handed back */
+  uint64_t chunks;
+};
+
+static void
+released_add (struct mem_store *m, struct released *rel, char *c)
+{
+  rel->chunks++;
+  if (c == rel->end) {
+    rel->end += m->chunk;
+    return;
+  }
+  if (rel->end)
+    madvise (rel->p, rel->end - rel->p, MADV_DONTNEED);
+  rel->p = c;
+  rel->end = c + m->chunk;
+}
+
+static void
+released_end (struct mem_store *m, struct released *rel)
+{
+  if (rel->end)
+    madvise (rel->p, rel->end - rel->p, MADV_DONTNEED);
+  if (rel->chunks)
+    atomic_fetch_sub (&m->data_bytes, rel->chunks << m->chunk_bits);
+}
+
+/* Marks the chunk in slot (e: its entry, a chunk) released. */
+static inline void
+release_chunk (struct mem_store *m, _Atomic uintptr_t *slot, uintptr_t e,
+               struct released *rel)
+{
+  atomic_store_explicit (slot, (e & ~SLOT_FLAGS) | RELEASED,
+                         memory_order_relaxed);
+  seq_bump (slot);
+  released_add (m, rel, (char *) (e & ~SLOT_FLAGS));
+}
+
 /* Zeroes [off, off+len): whole chunks go back to the kernel. */
 static int
 mem_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
@@ -710,40 +783,54 @@ mem_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
 {
   struct mem_store *m = (struct mem_store *) s;
   (void) may_trim; (void) fua;
+  const uint64_t dev_end = m->size + m->shift;
+  /* The chunks before this one are the last zeroed whole; the clipped
+   * end of the device counts as covered. */
+  const uint64_t whole_end = off + len + m->shift >= dev_end
+    ? (dev_end + m->chunk - 1) >> m->chunk_bits
+    : (off + len + m->shift) >> m->chunk_bits;
+  struct released rel = { NULL, NULL, 0 };
   FOR_EACH_SLOT (m, off, len, ci, co, n, slot) {
     uintptr_t e = slot ? atomic_load (slot) : 0;
-    if (e == 0 || (e & RELEASED))
+    if (e == 0)
       continue;
-    char *c = (char *) (e & ~SLOT_FLAGS);
     /* The chunk's real extent: the first and last are clipped. */
     uint64_t cs = ci << m->chunk_bits, ce = cs + m->chunk;
     uint64_t lo = cs > m->shift ? cs : m->shift;
-    uint64_t hi = ce < m->size + m->shift ? ce : m->size + m->shift;
+    uint64_t hi = ce < dev_end ? ce : dev_end;
     uint64_t s0 = cs + co;
-    seq_begin (slot);
     if (s0 <= lo && s0 + n >= hi) {
-      madvise (c, m->chunk, MADV_DONTNEED);
-      /* The caller holds every sector of the chunk: nobody else writes
-       * this slot now. */
-      atomic_store (slot, (uintptr_t) c | RELEASED);
+      /* This chunk and those after it in its leaf that the zero covers
+       * whole, in one step (a zone reset releases thousands). */
+      uint64_t k = 1, kmax = NODE_ENTRIES - (ci & (NODE_ENTRIES - 1));
+      if (kmax > whole_end - ci)
+        kmax = whole_end - ci;
       if (!(e & RELEASED))
-        atomic_fetch_sub (&m->data_bytes, m->chunk);
+        release_chunk (m, slot, e, &rel);
+      for (; k < kmax && (e = atomic_load (slot + k)); k++)
+        if (!(e & RELEASED))
+          release_chunk (m, slot + k, e, &rel);
+      n = (k << m->chunk_bits) - co;
+      continue;
     }
-    else {
-      memset (c + co, 0, n);
-      /* Only the sector bits wholly zeroed now (a bit may cover several
-       * sectors where pages are large); the clipped ends of the device
-       * count as covered. */
-      uint64_t zs = (s0 == lo ? cs : s0) - cs;
-      uint64_t ze = (s0 + n == hi ? ce : s0 + n) - cs;
-      uint64_t a = (zs + (1ull << m->sub_bits) - 1) >> m->sub_bits;
-      uint64_t b = ze >> m->sub_bits;
-      if (m->track && a < b)
-        atomic_fetch_and (slot, ~sub_bits_of (m, a << m->sub_bits,
-                                              (b - a) << m->sub_bits));
-    }
+    if (e & RELEASED)
+      continue;
+    char *c = (char *) (e & ~SLOT_FLAGS);
+    seq_begin (slot);
+    memset (c + co, 0, n);
+    /* Only the sector bits wholly zeroed now (a bit may cover several
+     * sectors where pages are large); the clipped ends of the device
+     * count as covered. */
+    uint64_t zs = (s0 == lo ? cs : s0) - cs;
+    uint64_t ze = (s0 + n == hi ? ce : s0 + n) - cs;
+    uint64_t a = (zs + (1ull << m->sub_bits) - 1) >> m->sub_bits;
+    uint64_t b = ze >> m->sub_bits;
+    if (m->track && a < b)
+      atomic_fetch_and (slot, ~sub_bits_of (m, a << m->sub_bits,
+                                            (b - a) << m->sub_bits));
     seq_end (slot);
   }
+  released_end (m, &rel);
   return 0;
 }
 
