@@ -151,12 +151,10 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
    * path skips them. */
   d->fast_max = d->counting || d->zones ? 0 : d->max_request;
   /* A log entry, or a layer that must know which writes are atomic,
-   * needs the plan. */
-  d->fast_write_max = d->wlog || d->write_atomic ? 0 : d->fast_max;
-  /* Zoned writes of whole sectors: the zone check, then the same fast
-   * path (s4k_write), where the conventional one would take it. */
-  d->fast_zoned_max = d->zones && !d->counting && !d->wlog &&
-                      !d->write_atomic ? d->max_request : 0;
+   * needs the plan.  A zoned device's writes of whole sectors take the
+   * fast path too, after the zone check (s4k_write). */
+  d->fast_write_max = d->counting || d->wlog || d->write_atomic ? 0
+                      : d->max_request;
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;

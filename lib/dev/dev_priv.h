@@ -42,10 +42,8 @@ struct s4k_dev {
   uint64_t fast_max;            /* longest fast-path request: 0 when
                                    counting (every request is planned) */
   uint64_t fast_write_max;      /* the same for writes: 0 also when
-                                   logging them */
-  uint64_t fast_zoned_max;      /* a zoned device's writes: the same
-                                   fast path after the zone check (0: not
-                                   zoned, or the plan is needed) */
+                                   logging them; on a zoned device, after
+                                   the zone check (s4k_write) */
   unsigned pbits;               /* log2 physical */
   uint32_t max_request;
   bool strict;

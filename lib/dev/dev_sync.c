@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include "dev_plan.h"
+#include "zone/zone_fast.h"
 
 /* ---- per-thread bounce buffer for RMW sectors ------------------------- */
 
@@ -105,23 +106,20 @@ planned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
   return sync_request (d, S4K_OP_WRITE, (void *) buf, len, off, flags);
 }
 
-/* A zoned device's write of whole sectors [first, last]: what the plan
- * does for it, minus the planning (begin, run, finish of a write that
- * cuts no sector, with no statistics, no write log and no atomic layer:
- * fast_zoned_max is 0 with any of them).  The zone check moves the write
- * pointer (as zone_admit: under the zone lock, before the sector lock,
- * its record on file with file=, and with FUA synced), the store writes (the
- * fault layer, if any, is the store: it sees the write as from the
- * plan), and a failed write moves the pointer back before the sectors
- * are unlocked (zone_undo in finish).  Other writes: planned. */
+/* A zoned device's write of whole sectors [first, last] that the zone
+ * check without the lock did not take (zoned_fast_write): what the plan does
+ * for it, minus the planning (begin, run, finish of a write that cuts no
+ * sector, with no statistics, no write log and no atomic layer: a zoned
+ * device has a fast path only without them).  The zone check moves the
+ * write pointer (as zone_admit: under the zone lock, before the sector
+ * lock, its record on file with file=, and with FUA synced), the store
+ * writes (the fault layer, if any, is the store: it sees the write as
+ * from the plan), and a failed write moves the pointer back before the
+ * sectors are unlocked (zone_undo in finish). */
 static __attribute__ ((noinline)) int
 zoned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
-             unsigned flags)
+             unsigned flags, uint64_t first, uint64_t last)
 {
-  uint64_t first, last;
-  if ((flags & (S4K_ATOMIC | S4K_ZONE_RAW)) ||
-      !whole_sectors (d, d->fast_zoned_max, len, off, &first, &last))
-    return planned_write (d, buf, len, off, flags);
   /* zone_admit's write, with no op or flag left to test. */
   const uint64_t lba = off >> d->lbits, n = len >> d->lbits;
   int r = s4k_zones_write (d->zones, lba, n);
@@ -139,6 +137,16 @@ zoned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
     s4k_zones_rewind (d->zones, lba, n);
   s4k_unlock (d->locks, first, last, false);
   return r;
+}
+
+/* A write of zoned_fast_write failed in the store: the pointer goes
+ * back before the sectors are unlocked (as zone_undo).  Out of line,
+ * from the request itself, so that the fast path keeps no more than it
+ * needs across the store's call. */
+static __attribute__ ((noinline, cold)) void
+zoned_fast_failed (struct s4k_dev *d, const struct s4k_io *io)
+{
+  s4k_zones_rewind (d->zones, io->off >> d->lbits, io->len >> d->lbits);
 }
 
 int
@@ -203,21 +211,39 @@ s4k_read_piece (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
   return d->store->ops->read (d->store, &io, 1);
 }
 
+/* The fast path's write of whole sectors [first, last], under their
+ * locks (zoned: of a zoned device, whose pointer has moved). */
+S4K_INLINE int
+locked_write (struct s4k_dev *d, const struct s4k_io *io, uint64_t first,
+              uint64_t last, unsigned flags, bool zoned)
+{
+  s4k_lock (d->locks, first, last, false);
+  int r = d->store->ops->write (d->store, io, 1, flags & S4K_FUA);
+  /* The pointer goes back before the sectors are unlocked (as
+   * zone_undo). */
+  if (zoned && __builtin_expect (r < 0, 0))
+    zoned_fast_failed (d, io);
+  s4k_unlock (d->locks, first, last, false);
+  return r;
+}
+
 int
 s4k_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
            unsigned flags)
 {
   uint64_t first, last;
-  if (!(flags & S4K_ATOMIC) &&
+  if (!(flags & (S4K_ATOMIC | S4K_ZONE_RAW)) &&
       whole_sectors (d, d->fast_write_max, len, off, &first, &last)) {
     struct s4k_io io = { (void *) buf, len, off };
-    s4k_lock (d->locks, first, last, false);
-    int r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);
-    s4k_unlock (d->locks, first, last, false);
-    return r;
+    if (__builtin_expect (d->zones == NULL, 1))
+      return locked_write (d, &io, first, last, flags, false);
+    /* A zoned device's common write moves its zone's pointer without
+     * the zone lock (an armed zone: open, host-managed, no file=, so no
+     * record to keep and no FUA to sync); zoned_write does the others. */
+    if (!s4k_zones_write_fast (d->zones, off, len))
+      return zoned_write (d, buf, len, off, flags, first, last);
+    return locked_write (d, &io, first, last, flags, true);
   }
-  if (__builtin_expect (d->fast_zoned_max != 0, 0))
-    return zoned_write (d, buf, len, off, flags);
   return planned_write (d, buf, len, off, flags);
 }
 

@@ -12,7 +12,7 @@
 
 #include "sect4k/scsi.h"          /* the sense keys */
 #include "sect4k/zone.h"
-#include "zone_priv.h"
+#include "zone_fast.h"
 
 /* ---- keys -------------------------------------------------------------- */
 
@@ -253,6 +253,8 @@ s4k_zones_new (struct s4k_zones **out, const struct s4k_zone_config *c,
   z->info.max_active = c->max_active;
   z->pblk = g->physical / g->logical;
   z->logical = g->logical;
+  z->lbits = __builtin_ctz (g->logical);
+  z->byte_shift = z->shift + z->lbits;
   z->z = calloc (z->info.nr_zones, sizeof *z->z);
   if (!z->z) {
     free (z);
@@ -263,6 +265,7 @@ s4k_zones_new (struct s4k_zones **out, const struct s4k_zone_config *c,
     zn->start = (uint64_t) i << z->shift;
     zn->len = z->info.capacity - zn->start < z->info.zone_lbas
               ? z->info.capacity - zn->start : z->info.zone_lbas;
+    zn->fend = (zn->start + zn->len) << z->lbits;
     if (i < c->conventional) {
       zn->type = S4K_ZT_CONVENTIONAL;
       zn->cond = S4K_ZC_NOT_WP;
@@ -321,8 +324,9 @@ is_open (const struct zone *zn)
  * The common write of a host-managed drive (an open zone, at its
  * pointer, whole physical blocks, not reaching the zone's end) changes
  * the write pointer only.  A zone a locked write left so (with no
- * records to keep: no file=) is armed: its pointer goes into fwp, and
- * such a write takes it with a compare-and-swap instead of the lock.
+ * records to keep: no file=) is armed: its pointer goes into fwp (in
+ * bytes, as the device's requests come), and such a write takes it with
+ * a compare-and-swap instead of the lock.
  * Everything else still runs under the lock and claims the zone first
  * (claim: fwp back into wp, disarmed), so a swap that comes after a
  * claim fails and that write takes the lock; one before it is in the wp
@@ -333,22 +337,22 @@ is_open (const struct zone *zn)
  * anything reads or changes wp or the condition.  Only the lock arms, so
  * a zone seen disarmed stays so. */
 static void
-claim (struct zone *zn)
+claim (const struct s4k_zones *z, struct zone *zn)
 {
   if (atomic_load_explicit (&zn->fwp, memory_order_relaxed)) {
     const uint64_t w = atomic_exchange_explicit (&zn->fwp, 0,
                                                  memory_order_acquire);
     if (w)
-      zn->wp = w - 1;
+      zn->wp = (w - 1) >> z->lbits;
   }
 }
 
 /* Under the lock, for a report: zn's pointer, armed or not. */
 static uint64_t
-wp_now (const struct zone *zn)
+wp_now (const struct s4k_zones *z, const struct zone *zn)
 {
   const uint64_t w = atomic_load_explicit (&zn->fwp, memory_order_acquire);
-  return w ? w - 1 : zn->wp;
+  return w ? (w - 1) >> z->lbits : zn->wp;
 }
 
 /* Under the lock, after a write to zn: armed if its next write at the
@@ -358,22 +362,8 @@ arm (struct s4k_zones *z, struct zone *zn)
 {
   if (!z->rec && zn->type == S4K_ZT_SEQ_REQUIRED && is_open (zn) &&
       zn->wp < zn->start + zn->len)
-    atomic_store_explicit (&zn->fwp, zn->wp + 1, memory_order_release);
-}
-
-/* The write [lba, lba + nlba) of a host-managed drive without the lock:
- * true if it was taken (the pointer moved), false to take the lock. */
-static bool
-zone_fast (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
-{
-  struct zone *zn = zone_of (z, lba);
-  uint64_t w = atomic_load_explicit (&zn->fwp, memory_order_relaxed);
-  return w == lba + 1 && nlba < zn->start + zn->len - lba &&
-         !(nlba & (z->pblk - 1)) &&
-         atomic_compare_exchange_strong_explicit (&zn->fwp, &w,
-                                                  lba + nlba + 1,
-                                                  memory_order_acq_rel,
-                                                  memory_order_relaxed);
+    atomic_store_explicit (&zn->fwp, (zn->wp << z->lbits) + 1,
+                           memory_order_release);
 }
 
 /* Takes zn out of the open or closed counts, for a new condition. */
@@ -391,7 +381,7 @@ leave (struct s4k_zones *z, struct zone *zn)
 static void
 enter (struct s4k_zones *z, struct zone *zn, uint8_t cond)
 {
-  claim (zn);
+  claim (z, zn);
   leave (z, zn);
   zn->cond = cond;
   zone_touch (z, zn);
@@ -408,7 +398,7 @@ enter (struct s4k_zones *z, struct zone *zn, uint8_t cond)
 static void
 close_zone (struct s4k_zones *z, struct zone *zn)
 {
-  claim (zn);
+  claim (z, zn);
   if (is_open (zn))
     enter (z, zn, zn->wp == zn->start ? S4K_ZC_EMPTY : S4K_ZC_CLOSED);
 }
@@ -510,7 +500,7 @@ write_managed (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
   }
   if (last != zn)
     return -S4K_ZERR_WRITE_BOUNDARY;
-  claim (zn);
+  claim (z, zn);
   if (zn->cond == S4K_ZC_FULL)
     return -S4K_ZERR_ZONE_FULL;
   if (lba != zn->wp)
@@ -541,7 +531,8 @@ s4k_zones_write (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
     return -S4K_ZERR_LBA_OUT_OF_RANGE;
   if (!nlba)
     return 0;
-  if (z->info.model == S4K_ZONED_HOST_MANAGED && zone_fast (z, lba, nlba))
+  if (!(nlba & (z->pblk - 1)) &&
+      s4k_zones_write_fast (z, lba << z->lbits, nlba << z->lbits))
     return 0;
   pthread_mutex_lock (&z->lock);
   int r = z->info.model == S4K_ZONED_HOST_MANAGED
@@ -558,7 +549,7 @@ s4k_zones_append (struct s4k_zones *z, uint64_t zone_lba, uint64_t nlba,
     return -S4K_ZERR_LBA_OUT_OF_RANGE;
   pthread_mutex_lock (&z->lock);
   struct zone *zn = zone_of (z, zone_lba);
-  claim (zn);                   /* the pointer the append takes */
+  claim (z, zn);                   /* the pointer the append takes */
   int r;
   if (zn->start != zone_lba)
     r = -S4K_ZERR_NOT_ZONE_START;
@@ -588,7 +579,7 @@ s4k_zones_rewind (struct s4k_zones *z, uint64_t lba, uint64_t nlba)
   bool moved = false;
   pthread_mutex_lock (&z->lock);
   struct zone *zn = zone_of (z, lba);
-  claim (zn);
+  claim (z, zn);
   /* Only the write that ends at the pointer: a later write accepted at
    * its end keeps the pointer where it is (the drive acknowledged it). */
   if (zn->type == S4K_ZT_SEQ_REQUIRED && zn->wp == lba + nlba &&
@@ -795,7 +786,7 @@ s4k_zones_report (struct s4k_zones *z, uint64_t lba, unsigned option,
                            zn->cond == S4K_ZC_OFFLINE;
       out[filled++] = (struct s4k_zone_desc) {
         .start = zn->start, .len = zn->len,
-        .wp = invalid ? UINT64_MAX : wp_now (zn),
+        .wp = invalid ? UINT64_MAX : wp_now (z, zn),
         .type = zn->type, .cond = zn->cond, .non_seq = zn->non_seq,
       };
     }
@@ -820,7 +811,7 @@ s4k_zones_set_cond (struct s4k_zones *z, uint64_t zone_lba,
   int r = 0;
   pthread_mutex_lock (&z->lock);
   struct zone *zn = zone_of (z, zone_lba);
-  claim (zn);
+  claim (z, zn);
   const bool conv = zn->type == S4K_ZT_CONVENTIONAL;
   if (zn->start != zone_lba)
     r = -S4K_ZERR_NOT_ZONE_START;
@@ -856,7 +847,7 @@ s4k_zones_cut_wp (struct s4k_zones *z, uint64_t zone_lba, uint64_t wp)
   int r = 0;
   pthread_mutex_lock (&z->lock);
   struct zone *zn = zone_of (z, zone_lba);
-  claim (zn);
+  claim (z, zn);
   const uint64_t cur = zn->cond == S4K_ZC_FULL ? zn->start + zn->len : zn->wp;
   if (zn->start != zone_lba)
     r = -S4K_ZERR_NOT_ZONE_START;
@@ -887,6 +878,6 @@ s4k_zones_wps (struct s4k_zones *z, uint64_t *out)
 {
   pthread_mutex_lock (&z->lock);
   for (uint32_t i = 0; i < z->info.nr_zones; i++)
-    out[i] = wp_now (&z->z[i]);
+    out[i] = wp_now (z, &z->z[i]);
   pthread_mutex_unlock (&z->lock);
 }

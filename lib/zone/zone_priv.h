@@ -15,9 +15,12 @@ struct zone {
   uint8_t type, cond;
   bool non_seq;
   bool mark;                    /* OPEN ALL: closed when it began */
-  /* 0, or wp + 1 while the zone is armed for writes without the lock
-   * (zone.c, zone_fast): then it, not wp, is the write pointer. */
+  /* 0, or the write pointer's byte offset + 1 while the zone is armed
+   * for writes without the lock (zone.c, s4k_zones_write_fast): then
+   * it, not wp, is the write pointer.  Bytes, as the device's requests
+   * come: no conversion on the way. */
   _Atomic uint64_t fwp;
+  uint64_t fend;                /* the zone's end, in bytes */
 };
 
 /* Zones changed under the lock since it was taken, whose records
@@ -32,6 +35,8 @@ struct s4k_zones {
   unsigned shift;               /* log2 zone_lbas */
   uint64_t pblk;                /* logical blocks per physical block */
   uint32_t logical;             /* bytes per LBA */
+  unsigned lbits;               /* log2 logical */
+  unsigned byte_shift;          /* log2 of a zone's bytes */
   uint32_t imp_open, exp_open, closed;
   struct zone *z;
   /* Persistence (zone_file.c), NULL rec without file=. */

@@ -110,7 +110,9 @@ fail:
     s4k_zones_info (s4k_dev_zones (d), &zi);
   const uint64_t lb = s4k_dev_geometry (d)->logical;
   const uint64_t zone = zi.zone_lbas * lb, conv = zi.conventional * zone;
-  uint64_t x = 88172645463325252ull, next = 0;
+  /* reset: the offset of the next zone to reset (none: never). */
+  uint64_t x = 88172645463325252ull, next = 0,
+           reset = zone ? conv : UINT64_MAX;
   for (unsigned i = 0; i < n; i++) {
     x ^= x << 13; x ^= x >> 7; x ^= x << 17;
     /* Offsets whose request ends before the last unit, which holds the
@@ -120,7 +122,10 @@ fail:
     if (seq) {
       off = next;
       next = off + 2 * len + unit <= size ? off + len : 0;
-      if (zone && off % zone == 0 && off >= conv) {
+      if (!off)                 /* back at the start */
+        reset = zone ? conv : UINT64_MAX;
+      if (off == reset) {
+        reset += zone;
         int r = s4k_dev_zone_op (d, S4K_ZOP_RESET, off / lb, false);
         if (r) {
           fprintf (stderr, "bench-engine: reset of the zone at %" PRIu64
