@@ -107,7 +107,7 @@ planned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
 }
 
 /* A zoned device's write of whole sectors [first, last] that the zone
- * check without the lock did not take (zoned_fast_write): what the plan does
+ * check without the lock did not take (s4k_write): what the plan does
  * for it, minus the planning (begin, run, finish of a write that cuts no
  * sector, with no statistics, no write log and no atomic layer: a zoned
  * device has a fast path only without them).  The zone check moves the
@@ -139,7 +139,7 @@ zoned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
   return r;
 }
 
-/* A write of zoned_fast_write failed in the store: the pointer goes
+/* A write of the zoned fast path failed in the store: the pointer goes
  * back before the sectors are unlocked (as zone_undo).  Out of line,
  * from the request itself, so that the fast path keeps no more than it
  * needs across the store's call. */
