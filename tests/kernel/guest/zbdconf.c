@@ -318,8 +318,12 @@ int main (int argc, char **argv)
     zop ("close an explicitly open empty zone", ZBD_OP_CLOSE, 3 + mo);
     zop ("open a closed zone", ZBD_OP_OPEN, 2 + mo);
   } else {
+    /* No limit (host-aware): opens and writes all pass. */
     for (i = 1; i <= 4; i++) zop ("explicit open", ZBD_OP_OPEN, i);
     w ("write to an empty zone", 5, 0, 1);
+    w ("write to an explicitly open zone", 1, 0, 1);
+    zop ("close an explicitly open zone with data", ZBD_OP_CLOSE, 1);
+    w ("write above the pointer (non-sequential)", 6, 4, 1);
   }
   zop ("close an empty zone", ZBD_OP_CLOSE, 10);
   zop ("close a closed zone", ZBD_OP_CLOSE, 1);

@@ -172,7 +172,7 @@ zoned_append () {
 
 # zoned_case NAME KEYS SCSI_DEBUG_ARGS...: one geometry.
 zoned_case () {
-  local name=$1 keys=$2 pfx="zoned $1" out
+  local name=$1 keys=$2 pfx="zoned $1" out zbd_t0
   shift 2
   zoned_reference "$name" "$@"
   rm -f "/tmp/zoned-$name.out"
@@ -218,7 +218,9 @@ zoned_case () {
     diag "$(diff /tmp/zoned-ref.txt /tmp/zoned-s4k.txt | head -n 40)"
   fi
   diag "$(printf '%s\n' "$out" | head -n 12)"
-  zoned_zbd_compare "$pfx" "$(zoned_zbd "$scsi_dev")" "$zoned_ref_zbd" hm
+  zbd_t0=$(date +%s) out=$(zoned_zbd "$scsi_dev")
+  zoned_zbd_compare "$pfx" "$out" "$zoned_ref_zbd" hm
+  diag "$pfx: s4k-zbdconf on the sect4k disk: $(( $(date +%s) - zbd_t0 )) s"
   stop_pid "$scsi_pid" 60
   is "$pfx: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
   scsi_pid= scsi_dev=
@@ -361,7 +363,11 @@ zoned_host_aware () {
 # read-only ext4 image, serial s4k-tools) so that the initramfs stays small.
 zoned_tools () {
   local s dev= m
-  [ -x /tools/bin/fio ] && return 0
+  # Mounted already (maybe in a subshell, whose PATH is gone).
+  if [ -x /tools/bin/fio ]; then
+    case ":$PATH:" in *:/tools/bin:*) ;; *) PATH=$PATH:/tools/bin ;; esac
+    return 0
+  fi
   for s in /sys/block/vd*; do
     [ "$(cat "$s/serial" 2>/dev/null)" = s4k-tools ] && dev=/dev/${s##*/}
   done
