@@ -10,7 +10,8 @@
  * blocks from the zone's start); reads say D, 0 or X per physical block
  * (the data written there, zeroes, other data).  Nothing device-specific (vendor,
  * device name) is printed.  Zone N is the N-th sequential zone (the
- * conventional zones come first, as on both drives).  Exit 0 once the
+ * conventional zones come first, as on both drives; the last of them is
+ * -1).  Exit 0 once the
  * sequence ran (its outcomes are the output), 1 if it could not start.
  * Userspace has no way to issue a zone append to a block device, so for
  * it only whether the queue offers it (zone_append_max_bytes) is said. */
