@@ -1,20 +1,20 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* s4k-zbdconf DEV: a zone-conformance sequence through libzbd (the library
- * zoned users such as fio and zonefs-tools are written against), run in
- * the test guest on the sect4k zoned disk and on scsi_debug with the same
- * zones (guest/zoned.sh), whose outputs are compared line by line.
+/* s4k-zbdconf DEV: a zone-conformance sequence through libzbd (the zoned
+ * block device library behind zbd-utils), run in the test guest on the
+ * sect4k zoned disk and on scsi_debug with the same zones
+ * (guest/zoned.sh), whose outputs are compared line by line.
  *
  * One line per step: what was done, its outcome ("ok" or the errno's
  * name, as the kernel returned it), and after "|" the sequential zones
  * that are not empty as INDEX=COND+WP (the write pointer in physical
  * blocks from the zone's start); reads say D, 0 or X per physical block
- * (the data written there, zeroes, other data).  Nothing device-specific (vendor,
- * device name) is printed.  Zone N is the N-th sequential zone (the
- * conventional zones come first, as on both drives; the last of them is
- * -1).  Exit 0 once the
- * sequence ran (its outcomes are the output), 1 if it could not start.
- * Userspace has no way to issue a zone append to a block device, so for
- * it only whether the queue offers it (zone_append_max_bytes) is said. */
+ * (the data written there, zeroes, other data).  Nothing device-specific
+ * (vendor, device name) is printed.  Zone N is the N-th sequential zone
+ * (the conventional zones come first, as on both drives; the last of
+ * them is -1).  Exit 0 once the sequence ran (its outcomes are the
+ * output), 1 if it could not start.  Userspace has no way to issue a
+ * zone append to a block device, so for it only whether the queue
+ * offers it (zone_append_max_bytes) is said. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
