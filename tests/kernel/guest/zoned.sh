@@ -6,7 +6,9 @@
 # limit and sector sizes, on 512e and 4kn, compared field by field: the
 # queue's zone limits in sysfs (sd_zbc.c reads them from VPD B6h, READ
 # CAPACITY(16) and REPORT ZONES), then `blkzone report` line by line after
-# the same sequence of writes, opens, closes, finishes and resets.
+# the same sequence of writes, opens, closes, finishes and resets, and
+# s4k-zbdconf's longer one through libzbd (guest/zbdconf.c), also on
+# host-aware drives where libzbd opens them (Linux 6.1).
 # Zoned drives are served by --scsi alone: NBD has no zone commands.
 
 ZONED_MB=64                     # the device
@@ -94,12 +96,44 @@ zoned_sense () {
   blkzone report "$dev" 2>&1
 }
 
+# zoned_zbd DEV: s4k-zbdconf's sequence through libzbd (guest/zbdconf.c,
+# on the tools disk), one line per step; empty if there is no such program
+# (zoned_zbd_why says why).  It starts and ends with a reset of all zones.
+zoned_zbd () {
+  zoned_tools || { zoned_zbd_why=$zoned_tools_why; return; }
+  if [ ! -x /tools/bin/s4k-zbdconf ]; then
+    zoned_zbd_why="no s4k-zbdconf on the tools disk: $(cat /tools/zbdconf.why 2>/dev/null)"; return
+  fi
+  timeout 120 /tools/bin/s4k-zbdconf "$1" 2>&1 || echo "s4k-zbdconf exit $?"
+}
+
+# zoned_zbd_compare PFX OUT REF [hm]: OUT equals REF line by line; hm:
+# and OUT shows the host-managed rules (so two equally broken runs fail).
+zoned_zbd_compare () {
+  if [ -z "$3" ] || [ -z "$2" ]; then
+    ok "$1: libzbd conformance sequence # SKIP ${zoned_zbd_why:-no output}"; return
+  fi
+  printf '%s\n' "$3" > /tmp/zbd-ref.txt; printf '%s\n' "$2" > /tmp/zbd-s4k.txt
+  if diff /tmp/zbd-ref.txt /tmp/zbd-s4k.txt > /tmp/zbd.diff; then
+    ok "$1: libzbd conformance sequence (s4k-zbdconf, $(printf '%s\n' "$2" | wc -l) steps): equal to scsi_debug's, line by line"
+  else
+    nok "$1: libzbd conformance sequence (s4k-zbdconf): equal to scsi_debug's, line by line"
+    diag "$(head -n 40 /tmp/zbd.diff)"
+  fi
+  [ "${4:-}" = hm ] && says "$1: ... where writes below and above the pointer and to a full zone fail, an explicit open past the limit fails, zeroes are read above the pointer, and the conventional zone is written anywhere and refuses zone operations" "$2" \
+    '^below the pointer: write zone 1 +0 x1: E' '^above the pointer: write zone 1 +8 x1: E' \
+    '^to full zone 2: write zone 2 +0 x1: E' '^explicit open past the limit: open: E' \
+    '^read above the pointer: ok, 00 ' '^conventional: write at +2 x2 (behind it): ok' \
+    '^conventional: reset: E' '^after reset all: report EMPTY: 15 zones'
+  diag "$(printf '%s\n' "$2" | grep -v -e '^empty: ' -e '^after reset all: ' -e '^mixed: zone ')"
+}
+
 # zoned_reference NAME SCSI_DEBUG_ARGS...: scsi_debug's sysfs and report
 # (zoned_ref_sysfs, zoned_ref_report).
 zoned_reference () {
   local pfx="zoned: scsi_debug zbc=host-managed $1 (reference)" dev
   shift
-  zoned_ref_sysfs= zoned_ref_report= zoned_ref_append= zoned_ref_sense=
+  zoned_ref_sysfs= zoned_ref_report= zoned_ref_append= zoned_ref_sense= zoned_ref_zbd=
   if ! insmod /modules/scsi_debug.ko zbc=host-managed dev_size_mb=$ZONED_MB \
        zone_size_mb=$ZONE_MB zone_nr_conv=1 zone_max_open=2 "$@" 2>/tmp/insmod.err; then
     nok "$pfx: insmod scsi_debug"; diag "$(cat /tmp/insmod.err)"; return
@@ -115,6 +149,7 @@ zoned_reference () {
   esac
   zoned_ref_report=$(zoned_ops "/dev/$dev")
   zoned_ref_sense=$(zoned_sense "/dev/$dev" "$(cat /sys/block/$dev/queue/logical_block_size)")
+  zoned_ref_zbd=$(zoned_zbd "/dev/$dev")
   rmmod scsi_debug
 }
 
@@ -137,7 +172,7 @@ zoned_append () {
 
 # zoned_case NAME KEYS SCSI_DEBUG_ARGS...: one geometry.
 zoned_case () {
-  local name=$1 keys=$2 pfx="zoned $1" out
+  local name=$1 keys=$2 pfx="zoned $1" out zbd_t0
   shift 2
   zoned_reference "$name" "$@"
   rm -f "/tmp/zoned-$name.out"
@@ -183,6 +218,9 @@ zoned_case () {
     diag "$(diff /tmp/zoned-ref.txt /tmp/zoned-s4k.txt | head -n 40)"
   fi
   diag "$(printf '%s\n' "$out" | head -n 12)"
+  zbd_t0=$(date +%s) out=$(zoned_zbd "$scsi_dev")
+  zoned_zbd_compare "$pfx" "$out" "$zoned_ref_zbd" hm
+  diag "$pfx: s4k-zbdconf on the sect4k disk: $(( $(date +%s) - zbd_t0 )) s"
   stop_pid "$scsi_pid" 60
   is "$pfx: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
   scsi_pid= scsi_dev=
@@ -277,7 +315,7 @@ zoned_ha_ops () {
 # queue/zoned none; 6.1 shows host-aware on a disk with no partitions),
 # and both take unaligned writes, with the same zone report after them.
 zoned_host_aware () {
-  local pfx="zoned host-aware 512e" dev ref_sysfs= ref_ops= out t0=$(date +%s)
+  local pfx="zoned host-aware 512e" dev ref_sysfs= ref_ops= ref_zbd= out t0=$(date +%s)
   if insmod /modules/scsi_debug.ko zbc=host-aware dev_size_mb=$ZONED_MB \
        zone_size_mb=$ZONE_MB zone_nr_conv=1 sector_size=512 physblk_exp=3 2>/tmp/insmod.err; then
     wait_for 20 sh -c 'grep -l scsi_debug /sys/block/sd*/device/model >/dev/null 2>&1'
@@ -285,6 +323,7 @@ zoned_host_aware () {
     if [ -n "$dev" ]; then
       ref_sysfs=$(zoned_sysfs "/dev/$dev")
       ref_ops=$(zoned_ha_ops "/dev/$dev")
+      ref_zbd=$(zoned_zbd "/dev/$dev")
     fi
     rmmod scsi_debug
   fi
@@ -312,6 +351,7 @@ zoned_host_aware () {
   says "$pfx: ... both took the write off the write pointer (non-seq set)" "$out" \
     '^write zone 2 +8 x1: accepted$' '^write zone 3 +2 x1: accepted$' 'Non.seq.*1'
   diag "$(printf '%s\n' "$out" | head -n 20)"
+  zoned_zbd_compare "$pfx" "$(zoned_zbd "$scsi_dev")" "$ref_zbd"
   stop_pid "$scsi_pid" 60
   is "$pfx: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
   scsi_pid= scsi_dev=
@@ -323,7 +363,11 @@ zoned_host_aware () {
 # read-only ext4 image, serial s4k-tools) so that the initramfs stays small.
 zoned_tools () {
   local s dev= m
-  [ -x /tools/bin/fio ] && return 0
+  # Mounted already (maybe in a subshell, whose PATH is gone).
+  if [ -x /tools/bin/fio ]; then
+    case ":$PATH:" in *:/tools/bin:*) ;; *) PATH=$PATH:/tools/bin ;; esac
+    return 0
+  fi
   for s in /sys/block/vd*; do
     [ "$(cat "$s/serial" 2>/dev/null)" = s4k-tools ] && dev=/dev/${s##*/}
   done
