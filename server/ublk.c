@@ -816,8 +816,13 @@ fill_params (struct udisk *d, bool readonly, struct uparams *p)
     p->len = sizeof *p;
     p->types |= PARAM_TYPE_ZONED;
     p->basic.chunk_sectors = zi.zone_lbas << d->sshift;
-    p->zoned.max_open_zones = zi.max_open;
-    p->zoned.max_active_zones = zi.max_active;
+    /* A limit of at least the sequential zones never binds: Linux's
+     * block layer takes it as none (disk_update_zone_resources; null_blk
+     * disables it so), and ublk refuses one above all the zones with a
+     * bare EINVAL at SET_PARAMS.  So none, as the disk would show it. */
+    const uint32_t seq = zi.nr_zones - zi.conventional;
+    p->zoned.max_open_zones = zi.max_open < seq ? zi.max_open : 0;
+    p->zoned.max_active_zones = zi.max_active < seq ? zi.max_active : 0;
     p->zoned.max_zone_append_sectors = d->max_io >> 9;
   }
 }

@@ -186,6 +186,11 @@ s4k_dev_open (struct s4k_dev **out, const struct s4k_config *c,
       store->ops->close (store);
     return -EINVAL;
   }
+  /* zone-reformat=true: the data goes before the zone state says so. */
+  if (cfg.file && dev_zones_reformat_data (&cfg, store, err, errlen) == -1) {
+    store->ops->close (store);
+    return -EINVAL;
+  }
   if (!store && !(store = s4k_mem_store_new (&cfg.geom, err, errlen)))
     return -ENOMEM;
   return s4k_dev_new (out, &cfg, store, err, errlen);

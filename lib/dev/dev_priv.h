@@ -104,5 +104,11 @@ int dev_zones_file_check (const struct s4k_config *c, char *err,
                           size_t errlen);
 int dev_zones_file_sync (struct s4k_dev *d, uint64_t lba);
 void dev_zones_file_close (struct s4k_dev *d);
+/* zone-reformat=true, once the store has the file open and before the
+ * zone state is written: the whole file reads zeroes (0, or -1 with err;
+ * refused on a read-only start). */
+int dev_zones_reformat_data (const struct s4k_config *c,
+                             struct s4k_store *store, char *err,
+                             size_t errlen);
 
 #endif

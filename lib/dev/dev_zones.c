@@ -72,6 +72,45 @@ dev_zones_file_check (const struct s4k_config *c, char *err, size_t errlen)
   return r;
 }
 
+static bool
+store_readonly (const struct s4k_config *c, const struct s4k_store *s)
+{
+  return c->readonly || (s->ops->readonly && s->ops->readonly (s));
+}
+
+static int
+refuse_readonly_reformat (const struct s4k_config *c, char *err,
+                          size_t errlen)
+{
+  snprintf (err, errlen, "zone-reformat=true: file=%s is read-only (a "
+            "reformat erases the data and rewrites its zone state)",
+            c->file);
+  return -1;
+}
+
+/* A reformat is a FORMAT UNIT of the whole drive: every zone, the
+ * conventional ones too, reads zeroes after it (the LUN's own FORMAT
+ * UNIT erases the data the same way, lib/scsi/scsi_format.c).  Holes
+ * punched, not zeroes written: the file keeps its size and no blocks. */
+int
+dev_zones_reformat_data (const struct s4k_config *c, struct s4k_store *store,
+                         char *err, size_t errlen)
+{
+  if (c->zone.model == S4K_ZONED_NONE || !c->file || !c->zone.reformat)
+    return 0;
+  if (store_readonly (c, store))
+    return refuse_readonly_reformat (c, err, errlen);
+  int r = store->ops->zero (store, c->geom.size, 0, true, false);
+  if (r == 0 && store->ops->flush)
+    r = store->ops->flush (store);
+  if (r) {
+    snprintf (err, errlen, "zone-reformat=true: erasing file=%s: %s",
+              c->file, s4k_strerror (-r));
+    return -1;
+  }
+  return 0;
+}
+
 int
 dev_zones_file_open (struct s4k_dev *d, const struct s4k_config *c,
                      char *err, size_t errlen)
@@ -79,8 +118,13 @@ dev_zones_file_open (struct s4k_dev *d, const struct s4k_config *c,
   char path[4096];
   if (zones_path (c, path, sizeof path, err, errlen) == -1)
     return -1;
+  /* Read-only (asked for, or the data file cannot be written): no file
+   * is made or changed. */
+  const bool ro = store_readonly (c, d->store);
   struct stat st;
   bool fresh = c->zone.reformat;
+  if (fresh && ro)
+    return refuse_readonly_reformat (c, err, errlen);
   if (!fresh && stat (path, &st) == -1) {
     if (errno != ENOENT) {
       snprintf (err, errlen, "%s: %s", path, s4k_strerror (errno));
@@ -94,6 +138,10 @@ dev_zones_file_open (struct s4k_dev *d, const struct s4k_config *c,
                 c->file, path);
       return -1;
     }
+    /* Read-only and nothing written yet: the zones are those of a reset
+     * drive, in memory; the first writable start makes the file. */
+    if (ro)
+      return 0;
     fresh = true;
   }
   if (fresh) {
@@ -113,7 +161,7 @@ dev_zones_file_open (struct s4k_dev *d, const struct s4k_config *c,
   }
   /* Read-only: the records are read, and what changes (the open zones
    * closed) stays in memory. */
-  int fd = open (path, (c->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  int fd = open (path, (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC);
   if (fd == -1 || fstat (fd, &st) == -1) {
     snprintf (err, errlen, "%s: %s", path, s4k_strerror (errno));
     if (fd != -1)
@@ -121,7 +169,7 @@ dev_zones_file_open (struct s4k_dev *d, const struct s4k_config *c,
     return -1;
   }
   void *map = st.st_size ? mmap (NULL, st.st_size, PROT_READ | PROT_WRITE,
-                                 c->readonly ? MAP_PRIVATE : MAP_SHARED,
+                                 ro ? MAP_PRIVATE : MAP_SHARED,
                                  fd, 0)
                          : NULL;
   const int e = errno;

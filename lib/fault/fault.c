@@ -252,6 +252,7 @@ fault_close (struct s4k_store *s)
   free (f->bucket);
   free (f->dwp);
   free (f->hw);
+  free (f->mwp);
   free (f->pub);
   pthread_mutex_destroy (&f->m);
   free (f);

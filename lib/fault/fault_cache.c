@@ -156,6 +156,8 @@ destage_one (struct s4k_fault *f, struct entry *e)
   s4k_sector_range (&f->g, e->k, &s, &end);
   const struct s4k_io io = { e->data, end - s, s };
   int r = f->inner->ops->write (f->inner, &io, 1, false);
+  if (r == 0 && f->zones)
+    fault_zone_medium (f, s, end);
   if (r == 0)
     fault_drop (f, e);
   return r;

@@ -165,6 +165,10 @@ fault_cut_sector (struct s4k_fault *f, struct entry *e, enum s4k_torn torn,
       memset (old, 0, end - s);
     r = f->inner->ops->write (f->inner, &io, 1, false);
   }
+  /* A torn sector holds something of the write (a zone's pointer at a
+   * cut counts it); a kept one is counted as it is destaged. */
+  if (r == 0 && f->zones && oc != FO_KEPT && oc != FO_REVERTED)
+    fault_zone_medium (f, s, end);
   const uint64_t k = e->k;      /* fault_destage and fault_drop free e */
   if (oc == FO_KEPT) {
     int r2 = fault_destage (f, e);

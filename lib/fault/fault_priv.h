@@ -89,6 +89,13 @@ struct s4k_fault {
   uint64_t *hw;                         /* each zone's end of the writes
                                            that reached the layer: a
                                            flush makes it durable */
+  uint64_t *mwp;                        /* each zone's end of the highest
+                                           sector on the medium since its
+                                           pointer was last durable
+                                           (destaged, or kept or torn by
+                                           a cut): a cut gives a zone
+                                           written off its pointer
+                                           (NON_SEQ) max(dwp, mwp) */
   uint64_t *pub;                        /* write-cache=true: each zone's
                                            dwp as the zones last had it
                                            (their records, file=) */
@@ -195,5 +202,8 @@ int fault_zone_settle (struct s4k_fault *f, uint64_t off, uint64_t end);
 void fault_zone_flushed (struct s4k_fault *f);
 /* A write or zero of [off, end) reached the layer (cached or written). */
 void fault_zone_wrote (struct s4k_fault *f, uint64_t off, uint64_t end);
+/* The physical sector [off, end) is on the medium with new data
+ * (destaged, or kept or torn by a cut). */
+void fault_zone_medium (struct s4k_fault *f, uint64_t off, uint64_t end);
 
 #endif

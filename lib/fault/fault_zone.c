@@ -34,13 +34,16 @@ fault_set_zones (struct s4k_fault *f, struct s4k_zones *z)
   s4k_zones_info (z, &zi);
   uint64_t *dwp = malloc (zi.nr_zones * sizeof *dwp);
   uint64_t *hw = malloc (zi.nr_zones * sizeof *hw);
-  if (!dwp || !hw) {
+  uint64_t *mwp = malloc (zi.nr_zones * sizeof *mwp);
+  if (!dwp || !hw || !mwp) {
     free (dwp);
     free (hw);
+    free (mwp);
     return -ENOMEM;
   }
   s4k_zones_wps (z, dwp);
   memcpy (hw, dwp, zi.nr_zones * sizeof *hw);
+  memcpy (mwp, dwp, zi.nr_zones * sizeof *mwp);
   /* With the cache the zones' records (file=) hold the durable
    * pointers: a SIGKILL loses the cache, as a cut keeping nothing
    * unflushed does, and the data file has only what was destaged. */
@@ -50,6 +53,7 @@ fault_set_zones (struct s4k_fault *f, struct s4k_zones *z)
     if (!pub || s4k_zones_durable_init (z) != 0) {
       free (dwp);
       free (hw);
+      free (mwp);
       free (pub);
       return -ENOMEM;
     }
@@ -59,6 +63,7 @@ fault_set_zones (struct s4k_fault *f, struct s4k_zones *z)
   f->zones = z;
   f->dwp = dwp;
   f->hw = hw;
+  f->mwp = mwp;
   f->pub = pub;
   f->zone_shift = __builtin_ctzll (zi.zone_lbas);
   f->zone_conv = zi.conventional;
@@ -121,6 +126,15 @@ fault_zone_wrote (struct s4k_fault *f, uint64_t off, uint64_t end)
   publish (f, zone_of_byte (f, off), zone_of_byte (f, end - 1) + 1);
 }
 
+void
+fault_zone_medium (struct s4k_fault *f, uint64_t off, uint64_t end)
+{
+  const uint32_t z = zone_of_byte (f, off);
+  const uint64_t e = end / f->g.logical;
+  if (z >= f->zone_conv && z < f->nr_zones && e > f->mwp[z])
+    f->mwp[z] = e;
+}
+
 /* Destages the dirty sectors in [off, end): their keys first, as a
  * destage frees entries (an atomic unit's several). */
 static int
@@ -181,7 +195,7 @@ fault_zone_sync (struct s4k_fault *f, uint64_t len, uint64_t off,
          z < f->nr_zones && zone_start_byte (f, z) < off + len; z++) {
       if (now)
         f->hw[z] = now[z];
-      f->dwp[z] = f->hw[z];
+      f->dwp[z] = f->mwp[z] = f->hw[z];
     }
     publish (f, zone_of_byte (f, off), zone_of_byte (f, off + len - 1) + 1);
   }
@@ -377,9 +391,16 @@ fault_zone_cut (struct s4k_fault *f, enum s4k_torn torn, struct cut_out *o,
     const struct s4k_zone_desc d = describe (f, keys[i].zone);
     /* Read only and offline zones, and host-aware zones written off
      * their pointer, have their sectors' outcomes one by one, as a
-     * conventional zone's (the main loop). */
-    const bool prefix = (d.cond != S4K_ZC_READ_ONLY &&
-                         d.cond != S4K_ZC_OFFLINE && !d.non_seq);
+     * conventional zone's: the first in the main loop, the NON_SEQ ones
+     * here, as their pointers (below) follow what they keep. */
+    const bool live = d.cond != S4K_ZC_READ_ONLY && d.cond != S4K_ZC_OFFLINE;
+    const bool prefix = live && !d.non_seq;
+    for (size_t k = i; live && d.non_seq && k < j && r == 0; k++) {
+      struct entry *e = fault_lookup (f, keys[k].k);
+      if (e)                            /* else gone with its unit */
+        r = e->atomic ? fault_cut_unit (f, e, torn, -1, o)
+                      : fault_cut_sector (f, e, torn, -1, o);
+    }
     if (prefix) {
       size_t k = 0;
       while (k < ns && snap[k].zone != keys[i].zone)
@@ -392,17 +413,27 @@ fault_zone_cut (struct s4k_fault *f, enum s4k_torn torn, struct cut_out *o,
   }
   /* A write the zones accepted that has not reached the layer is lost
    * (it fails as a request from before the cut): every pointer back to
-   * the end of what reached it. */
+   * the end of what reached it.  A host-aware zone written off its
+   * pointer (NON_SEQ: its pointer is the end of its highest write, as
+   * scsi_debug's zbc_inc_wp moves it) back to the end of its highest
+   * sector on the medium now: durable before the cut, destaged, or kept
+   * or torn by it (whole physical sectors, at most the old pointer), so
+   * that above its pointer the zone reads zeroes, as after a reset. */
   uint64_t *wps = r == 0 ? malloc (f->nr_zones * sizeof *wps) : NULL;
   if (r == 0 && !wps)
     r = -ENOMEM;
   if (wps)
     s4k_zones_wps (f->zones, wps);
   for (uint32_t z = f->zone_conv; wps && z < f->nr_zones && r == 0; z++) {
-    if (wps[z] <= f->hw[z])
+    const uint64_t medium = f->dwp[z] > f->mwp[z] ? f->dwp[z] : f->mwp[z];
+    if (wps[z] <= f->hw[z] && wps[z] <= medium)
       continue;
     const struct s4k_zone_desc d = describe (f, z);
-    if (d.cond == S4K_ZC_READ_ONLY || d.cond == S4K_ZC_OFFLINE || d.non_seq)
+    if (d.cond == S4K_ZC_READ_ONLY || d.cond == S4K_ZC_OFFLINE)
+      continue;
+    if (d.non_seq)
+      f->hw[z] = medium < f->hw[z] ? medium : f->hw[z];
+    if (wps[z] <= f->hw[z])
       continue;
     size_t k = 0;
     while (k < ns && snap[k].zone != z)
@@ -422,6 +453,7 @@ fault_zone_cut (struct s4k_fault *f, enum s4k_torn torn, struct cut_out *o,
   free (wps);
   s4k_zones_power_loss (f->zones);
   fault_zone_flushed (f);
+  memcpy (f->mwp, f->hw, f->nr_zones * sizeof *f->mwp);
   /* The report: the zones that changed, by LBA. */
   for (size_t i = 1; i < ns; i++)
     for (size_t k = i; k > 0 && snap[k - 1].zone > snap[k].zone; k--) {

@@ -78,6 +78,8 @@ struct wr {
                                            without a flush (a later FUA
                                            write, zero, reset or finish in
                                            its zone), or UINT64_MAX */
+  bool reset_zero;                      /* a reset's zeroes (logged after
+                                           its mark): no pointer moves */
 };
 extern struct wr *writes;
 
@@ -101,6 +103,15 @@ extern bool zoned;
 extern uint64_t zone_bytes, zone_seq_start;
 /* The sequential write required zone of byte off, or -1. */
 int64_t zone_of (uint64_t off);
+/* The log's resets and finishes (of one zone, or ALL), for the zones'
+ * pointers in the report. */
+struct zev {
+  uint64_t entry;
+  unsigned op;                          /* S4K_ZOP_RESET or _FINISH */
+  int64_t zone;                         /* -2: ALL */
+};
+extern struct zev *zevs;
+extern size_t nzevs;
 extern struct cp *cps;
 extern size_t ncps;
 extern uint64_t log_entries;

@@ -15,6 +15,8 @@ sector_range (uint64_t k, uint64_t *s, uint64_t *e)
 
 struct wr *writes;
 static size_t nwrites;
+struct zev *zevs;
+size_t nzevs;
 struct cp *cps;
 size_t ncps;
 uint64_t log_entries;
@@ -154,15 +156,16 @@ add_write (const struct s4k_wlog_entry *e, bool trim, bool durable)
   if (head) {
     const uint64_t he = end < e1 ? end : e1;
     piece[n++] = (struct wr) { e->index, e->off, he - e->off, d, false,
-                               false, z, UINT64_MAX };
+                               false, z, UINT64_MAX, false };
   }
   if (mid < mid_end)
     piece[n++] = (struct wr) { e->index, mid, mid_end - mid,
                                d ? d + (mid - e->off) : NULL, durable,
-                               e->flags & S4K_WLOG_ATOMIC, z, UINT64_MAX };
+                               e->flags & S4K_WLOG_ATOMIC, z, UINT64_MAX,
+                               false };
   if (tail)
     piece[n++] = (struct wr) { e->index, sn, end - sn, d + (sn - e->off),
-                               false, false, z, UINT64_MAX };
+                               false, false, z, UINT64_MAX, false };
   writes = xrealloc (writes, (nwrites + n) * sizeof *writes);
   for (size_t i = 0; i < n; i++) {
     if (z >= 0 && !piece[i].durable_early) {
@@ -186,9 +189,31 @@ read_log (void)
   bool found_mark = false;
   struct s4k_wlog_entry e;
   int r;
+  /* After a reset's mark, the zeroes the device logs for it: one zero
+   * from the start of each zone it emptied, in zone order. */
+  int64_t rz = -1;                      /* the reset's zone, -2: ALL */
+  int64_t rz_last = -1;                 /* the last zone zeroed for it */
   read_zones ();
   while ((r = s4k_wlog_next (reader, &e, err, sizeof err)) == 1) {
     log_entries = e.index + 1;
+    const int64_t ez = e.len && !(e.flags & S4K_WLOG_MARK)
+                       ? zone_of (e.off) : -1;
+    const bool reset_zero = rz != -1 && (e.flags & S4K_WLOG_ZERO) &&
+                            !(e.flags & (S4K_WLOG_DISCARD | S4K_WLOG_MARK |
+                                         S4K_WLOG_FLUSH)) &&
+                            ez >= 0 && e.off % zone_bytes == 0 &&
+                            (rz == -2 ? ez > rz_last : ez == rz);
+    rz_last = reset_zero ? ez : -1;
+    if (!reset_zero || rz >= 0)
+      rz = -1;
+    if (zoned && (e.flags & S4K_WLOG_MARK) &&
+        (e.zone_op == S4K_ZOP_RESET || e.zone_op == S4K_ZOP_FINISH)) {
+      const int64_t z = e.zone_all ? -2 : zone_of (e.zone_lba * L);
+      zevs = xrealloc (zevs, (nzevs + 1) * sizeof *zevs);
+      zevs[nzevs++] = (struct zev) { e.index, e.zone_op, z };
+      if (e.zone_op == S4K_ZOP_RESET)
+        rz = z, rz_last = -1;
+    }
     if (e.flags & S4K_WLOG_MARK) {
       if (until_mark && !e.geometry && !e.zones &&
           strcmp (e.mark, until_mark) == 0) {
@@ -227,6 +252,9 @@ read_log (void)
       if (durable)
         add_cp (e.index, f, nwrites);
       add_write (&e, trim, durable);
+      for (size_t i = nwrites; reset_zero && i-- > 0 &&
+                              writes[i].entry == e.index; )
+        writes[i].reset_zero = true;
     }
   }
   if (r == -1)

@@ -2,6 +2,7 @@
 /* sect4k-crash: the JSON report and the summary
  * (the files: crash.h). */
 #include "crash.h"
+#include "sect4k/zone.h"
 
 void
 json_str (FILE *fp, const char *s)
@@ -108,6 +109,143 @@ classify (const struct state *st, uint64_t **kept, size_t *nk,
   }
 }
 
+/* ---- the zones' pointers ------------------------------------------------ */
+
+/* Per sequential zone at a crash point (LBAs): known once the log wrote
+ * it (a host-managed write is at the pointer, so the pointer before the
+ * first one is its start) or reset or finished it; dur: the pointer no
+ * cut moves below (its durable writes, reset, finish); live: the pointer
+ * when the power went (every acknowledged write). */
+struct zptr {
+  bool known;
+  uint64_t dur, live;
+};
+static struct zptr *zp;
+static size_t zp_cpi = SIZE_MAX;
+
+static uint64_t
+zone_end_lba (int64_t z)
+{
+  const uint64_t e = (uint64_t) (z + 1) * zone_bytes;
+  return (e < g.size ? e : g.size) / L;
+}
+
+static void
+zone_event (const struct zev *ev, size_t nz)
+{
+  for (size_t z = zone_seq_start / zone_bytes; z < nz; z++) {
+    if (ev->zone != -2 && ev->zone != (int64_t) z)
+      continue;
+    struct zptr *p = &zp[z];
+    const uint64_t start = z * zone_bytes / L;
+    if (ev->zone == -2 && !p->known)
+      continue;                 /* ALL: the zones the log knows */
+    if (ev->op == S4K_ZOP_RESET)
+      p->dur = p->live = start;
+    else if (ev->zone != -2 || p->live != start)  /* FINISH ALL skips
+                                                       EMPTY zones */
+      p->dur = p->live = zone_end_lba (z);
+    else if (!p->known)
+      p->dur = p->live = start;
+    p->known = true;
+  }
+}
+
+/* The zones' pointers at crash point cpi, from the log's writes and zone
+ * operations before it. */
+static void
+zones_at (size_t cpi)
+{
+  if (zp_cpi == cpi)
+    return;
+  const struct cp *c = &cps[cpi];
+  const size_t nz = (g.size + zone_bytes - 1) / zone_bytes;
+  zp = xrealloc (zp, nz * sizeof *zp);
+  memset (zp, 0, nz * sizeof *zp);
+  size_t wi = 0, ei = 0;
+  for (;;) {
+    const bool ev = ei < nzevs && zevs[ei].entry < c->before;
+    if (!ev && wi >= c->nw)
+      break;
+    if (ev && (wi >= c->nw || zevs[ei].entry < writes[wi].entry)) {
+      zone_event (&zevs[ei++], nz);
+      continue;
+    }
+    const struct wr *w = &writes[wi];
+    if (w->zone >= 0 && !w->reset_zero) {
+      struct zptr *p = &zp[w->zone];
+      const uint64_t s = w->off / L, e = (w->off + w->len) / L;
+      if (!p->known)
+        *p = (struct zptr) { true, s, s };
+      p->live = e > p->live ? e : p->live;
+      if ((wi < c->f || durable_at (w, c)) && e > p->dur)
+        p->dur = e;
+    }
+    wi++;
+  }
+  zp_cpi = cpi;
+}
+
+static const char *
+cond_of (int64_t z, uint64_t wp)
+{
+  return wp == z * zone_bytes / L ? "empty"
+       : wp == zone_end_lba (z) ? "full" : "closed";
+}
+
+/* The state's zones: each known one's pointer after the cut (its kept
+ * prefix's end, or its durable pointer) and condition (no zone stays
+ * open), as the cut report's "zones" gives them. */
+static void
+report_zones (FILE *fp, FILE *sum)
+{
+  zones_at (cur.cpi);
+  const size_t nz = (g.size + zone_bytes - 1) / zone_bytes;
+  const char *sep = "";
+  fprintf (fp, ",\n   \"zones\": [");
+  for (size_t z = zone_seq_start / zone_bytes; z < nz; z++) {
+    const struct zptr *p = &zp[z];
+    if (!p->known)
+      continue;
+    uint64_t wp = p->dur, torn_k = UINT64_MAX;
+    for (size_t i = 0; i < cur.nzg; i++) {
+      const struct zgroup *zg = &cur.zg[i];
+      if (zg->zone != (int64_t) z || !zg->p)
+        continue;
+      /* The last kept write, up to its first sector not kept. */
+      const struct wr *w = &writes[cur.vol[zg->v[zg->p - 1]]];
+      wp = (w->off + w->len) / L;
+      for (uint64_t k = first_sector (w); k <= last_sector (w); k++) {
+        const struct tsec *t = state_sector (k);
+        if (t && t->o.kind != O_KEPT) {
+          uint64_t s, e;
+          sector_range (k, &s, &e);
+          wp = s / L;
+          if (t->o.kind != O_REVERTED)
+            torn_k = k;
+          break;
+        }
+      }
+    }
+    const uint64_t start = z * zone_bytes / L;
+    fprintf (fp, "%s{\"zone\": %" PRIu64 ", \"lbas\": %" PRIu64
+             ", \"wp_before\": %" PRIu64 ", \"wp_after\": %" PRIu64
+             ", \"cond_after\": \"%s\"", sep, start,
+             zone_end_lba (z) - start, p->live, wp, cond_of (z, wp));
+    if (torn_k != UINT64_MAX)
+      fprintf (fp, ", \"torn_sector\": %" PRIu64, torn_k);
+    fputc ('}', fp);
+    if (sum)
+      fprintf (sum, "%s%" PRIu64 " at %" PRIu64 " (%s)", *sep ? ", " :
+               "  zones (first LBA at pointer): ", start, wp,
+               cond_of (z, wp));
+    sep = ", ";
+  }
+  fputc (']', fp);
+  if (sum && *sep)
+    fputc ('\n', sum);
+}
+
 /* One state's report entry; one summary line if it failed or was not
  * checked. */
 void
@@ -197,6 +335,8 @@ report_state (FILE *fp, FILE *sum, const char *id, struct run r,
       print_u64s (sum, nb, nnb);
     }
     fputc ('\n', sum);
+    if (zoned)
+      report_zones (fp, sum);
     if (checker_out_len) {
       const char *nl = strchr (checker_out, '\n');
       fprintf (sum, "  checker: %.*s\n",
@@ -205,6 +345,8 @@ report_state (FILE *fp, FILE *sum, const char *id, struct run r,
     }
     free (kept), free (tw), free (dr), free (dmg), free (nb);
   }
+  if (zoned && r.result == R_CONSISTENT)
+    report_zones (fp, NULL);
   free (why);
   fputc ('}', fp);
 }

@@ -14,6 +14,10 @@
  * - every other sector (conventional zones, host-aware zones written off
  *   their pointer) holds what its outcome in the report says, the old
  *   durable data or the new;
+ * - a host-aware zone written off its pointer (NON_SEQ) has its pointer
+ *   at the end of its highest sector on the medium: durable before the
+ *   cut (flush, FUA, zero, CLOSE, FINISH), or kept or torn by it, at
+ *   most its pointer before;
  * - no zone is open after the cut: EMPTY at its start, FULL at its end,
  *   else CLOSED, and REPORT ZONES agrees with the cut report's "zones",
  *   which lists exactly the zones whose pointer or condition changed;
@@ -78,6 +82,9 @@ static bool bad[SIZE / 512];    /* expected unreadable (by LBA of 512) */
 struct zst {
   uint64_t dwp;                 /* durable write pointer (LBA) */
   bool non_seq;
+  /* As the fault layer sees a zone (whole physical sectors): hw, the end
+   * of what reached it; dh, the end of what is durable (LBAs). */
+  uint64_t hw, dh;
 };
 static struct zst zs[SIZE / ZONE];
 
@@ -126,6 +133,8 @@ through (unsigned z, uint64_t off, uint64_t len, uint64_t wp_after)
   if (z >= CONV) {
     durable ((uint64_t) z * ZONE, off + len);
     zs[z].dwp = wp_after;
+    const uint64_t e = sec_end (off + len - 1) / L;
+    zs[z].dh = e > zs[z].dh ? e : zs[z].dh;
   }
   else
     durable (off, off + len);
@@ -149,8 +158,10 @@ step (struct s4k_dev *d, const struct geo *g, unsigned salt)
     if (s4k_flush (d))
       bail ("flush");
     memcpy (D, M, SIZE);
-    for (unsigned z = CONV; z < nzones; z++)
+    for (unsigned z = CONV; z < nzones; z++) {
       zs[z].dwp = zone_desc (d, z).wp;
+      zs[z].dh = zs[z].hw;
+    }
     return;
   }
   if (c < 18) {
@@ -165,11 +176,16 @@ step (struct s4k_dev *d, const struct geo *g, unsigned salt)
     if (op == S4K_ZOP_RESET) {
       memset (M + zoff, 0, ZONE);
       memset (D + zoff, 0, ZONE);
-      zs[z] = (struct zst) { b.start, false };
+      zs[z] = (struct zst) { b.start, false, b.start, b.start };
     }
     else if (op != S4K_ZOP_OPEN) {
       memcpy (D + zoff, M + zoff, ZONE);
       zs[z].dwp = zone_desc (d, z).wp;
+      /* CLOSE makes what reached the layer durable; FINISH the pointer
+       * it sets. */
+      if (op == S4K_ZOP_FINISH)
+        zs[z].hw = zs[z].dwp;
+      zs[z].dh = zs[z].hw;
     }
     return;
   }
@@ -229,6 +245,8 @@ step (struct s4k_dev *d, const struct geo *g, unsigned salt)
     bail ("write at zone %u lba %" PRIu64 " n %" PRIu64 ": %d", z, lba, n, r);
   if (lba != b.wp)
     zs[z].non_seq = true;
+  const uint64_t e = sec_end (off + len - 1) / L;
+  zs[z].hw = e > zs[z].hw ? e : zs[z].hw;
   if (zero)
     memset (M + off, 0, len);
   else
@@ -346,7 +364,8 @@ run_seed (const struct geo *g, const char *torn, unsigned seed,
   memset (D, 0, SIZE);
   memset (bad, 0, sizeof bad);
   for (unsigned z = 0; z < nzones; z++)
-    zs[z] = (struct zst) { (uint64_t) z * zlbas, false };
+    zs[z] = (struct zst) { (uint64_t) z * zlbas, false, (uint64_t) z * zlbas,
+                           (uint64_t) z * zlbas };
   rng = seed * 0x9E3779B97F4A7C15ULL + 17;
   const unsigned steps = 20 + below (60);
   for (unsigned i = 0; i < steps; i++)
@@ -411,8 +430,21 @@ run_seed (const struct geo *g, const char *torn, unsigned seed,
       break;
     }
     if (zs[z].non_seq) {
-      if (a.wp != b->wp)
+      /* The end of the highest sector on the medium, at most the old
+       * pointer. */
+      uint64_t want = zs[z].dh;
+      for (uint64_t k = a.start * L / P; k < zend * L / P; k++) {
+        const char *s = object (rep, "sector", k);
+        if (s && !is (field (s, "outcome"), "reverted") &&
+            (k + 1) * P / L > want)
+          want = (k + 1) * P / L;
+      }
+      want = want < b->wp ? want : b->wp;
+      if (a.wp != want) {
+        snprintf (whybuf + strlen (whybuf), sizeof whybuf - strlen (whybuf),
+                  ", NON_SEQ: expected %" PRIu64, want);
         why = whybuf;
+      }
       continue;
     }
     /* On a physical boundary, or at the durable pointer or the old one
@@ -614,6 +646,26 @@ test_fixed (void)
       s4k_dev_power_cut (d, 0, &rep) == 0 && zone_desc (d, 1).wp == 256 &&
       zone_desc (d, 2).wp == 257 && zone_desc (d, 2).cond == S4K_ZC_CLOSED,
       "host-aware: a flushed write across two zones keeps both pointers");
+  free (rep);
+  /* Host-aware off the pointer (NON_SEQ): the pointer goes back to the
+   * end of what the medium holds, not the end of the lost write. */
+  ok (s4k_dev_zone_op (d, S4K_ZOP_RESET, 384, false) == 0 &&
+      s4k_write (d, buf, 4096, 384 * 4096, 0) == 0 && s4k_flush (d) == 0 &&
+      s4k_write (d, buf, 4096, 424 * 4096, 0) == 0 &&
+      zone_desc (d, 3).non_seq && zone_desc (d, 3).wp == 425 &&
+      s4k_dev_power_cut (d, 0, &rep) == 0 && zone_desc (d, 3).wp == 385 &&
+      zone_desc (d, 3).cond == S4K_ZC_CLOSED &&
+      s4k_read (d, rd, 4096, 424 * 4096) == 0 && rd[0] == 0 &&
+      strstr (rep, "\"wp_before\": 425, \"wp_after\": 385"),
+      "host-aware NON_SEQ, torn=none: the lost write's pointer goes back "
+      "to the flushed end");
+  free (rep);
+  ok (s4k_write (d, buf, 4096, 400 * 4096, S4K_FUA) == 0 &&
+      s4k_write (d, buf, 4096, 410 * 4096, 0) == 0 &&
+      s4k_dev_power_cut (d, 0, &rep) == 0 && zone_desc (d, 3).wp == 401 &&
+      s4k_read (d, rd, 4096, 400 * 4096) == 0 && rd[0] == 0xa5,
+      "host-aware NON_SEQ: a FUA write off the pointer is durable, the "
+      "pointer at its end");
   free (rep);
   s4k_dev_close (d);
 

@@ -301,6 +301,166 @@ test_layout (void)
       strcmp (err, want) == 0, "refused: %s", err);
 }
 
+/* ---- zone-reformat=true erases; a read-only start changes no file ----- */
+
+static int
+count_data (void *opaque, uint64_t off, uint64_t len, bool zero)
+{
+  (void) off;
+  if (!zero)
+    *(uint64_t *) opaque += len;
+  return 0;
+}
+
+/* Bytes of [0, size) the device's extents call data. */
+static uint64_t
+data_bytes (struct s4k_dev *d, uint64_t size)
+{
+  uint64_t n = 0;
+  if (s4k_extents (d, size, 0, count_data, &n) < 0)
+    bail ("extents");
+  return n;
+}
+
+static bool
+reads_zeroes (struct s4k_dev *d, uint64_t len, uint64_t off)
+{
+  char *b = malloc (len);
+  bool z = s4k_read (d, b, len, off) == 0;
+  for (uint64_t i = 0; z && i < len; i++)
+    z = b[i] == 0;
+  free (b);
+  return z;
+}
+
+static void
+test_reformat_data (void)
+{
+  char err[512];
+  struct s4k_dev *d = open_dev (keys (HM, "r.img"));
+  char *buf = malloc (4 << 20);
+  memset (buf, 0x6d, 4 << 20);
+  ok (s4k_write (d, buf, 65536, 0, 0) == 0 &&            /* conventional */
+      s4k_write (d, buf, 65536, B (Z (1)), 0) == 0 &&
+      s4k_write (d, buf, 4 << 20, B (Z (2)), 0) == 0 &&  /* full */
+      s4k_flush (d) == 0, "data in a conventional and two sequential zones");
+  s4k_dev_close (d);
+
+  char k[512];
+  snprintf (k, sizeof k, "%s zone-reformat=true", HM);
+  if (!ok (try_open (&d, keys (k, "r.img"), err, sizeof err) == 0,
+           "zone-reformat=true"))
+    bail ("%s", err);
+  ok (dev_zone (d, Z (1)).cond == S4K_ZC_EMPTY &&
+      dev_zone (d, Z (2)).cond == S4K_ZC_EMPTY, "the zones are empty");
+  ok (reads_zeroes (d, 65536, B (Z (1))) && reads_zeroes (d, 4 << 20, B (Z (2))),
+      "the sequential zones read zeroes, as a reset leaves them");
+  ok (reads_zeroes (d, 65536, 0),
+      "the conventional zone reads zeroes (a reformat is a FORMAT UNIT)");
+  ok (data_bytes (d, 64 << 20) == 0, "the extents say zero everywhere");
+  struct stat st;
+  ok (stat (keys ("", "r.img") + 6, &st) == 0 && st.st_blocks == 0 &&
+      st.st_size == 64 << 20, "the file's blocks are punched out, its "
+      "size kept");
+  ok (s4k_write (d, buf, 4096, B (Z (1)), 0) == 0, "a write at the start");
+  s4k_dev_close (d);
+  d = open_dev (keys (HM, "r.img"));
+  ok (dev_zone (d, Z (1)).wp == Z (1) + 8 && reads_zeroes (d, 4 << 20, B (Z (2))),
+      "restarted without the key: the new write kept, the rest zeroes");
+  s4k_dev_close (d);
+  free (buf);
+}
+
+/* Opens keys k read-only, as sect4k-server -r does. */
+static int
+try_open_ro (struct s4k_dev **d, const char *k, char *err, size_t errlen)
+{
+  struct s4k_config c;
+  if (configure (&c, k, err, errlen))
+    return -1;
+  c.readonly = true;
+  return s4k_dev_open (d, &c, err, errlen) ? -1 : 0;
+}
+
+static char *
+slurp (const char *path, size_t *len)
+{
+  FILE *f = fopen (path, "r");
+  if (!f)
+    return NULL;
+  char *b = malloc (1 << 20);
+  *len = fread (b, 1, 1 << 20, f);
+  fclose (f);
+  return b;
+}
+
+static void
+test_readonly (void)
+{
+  char err[512], path[512], zpath[512];
+  struct s4k_dev *d;
+  snprintf (path, sizeof path, "%s/ro.img", dir);
+  snprintf (zpath, sizeof zpath, "%s/ro.img.sect4k-zones", dir);
+  int fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ok (fd != -1 && ftruncate (fd, 64 << 20) == 0, "an empty 64M file");
+  close (fd);
+  if (!ok (try_open_ro (&d, keys (HM, "ro.img"), err, sizeof err) == 0,
+           "read-only start with no zone state"))
+    bail ("%s", err);
+  struct s4k_zone_desc all[16];
+  bool empty = report_all (s4k_dev_zones (d), all, 16) == 16;
+  for (int i = 1; i < 16; i++)
+    empty &= all[i].cond == S4K_ZC_EMPTY && all[i].wp == all[i].start;
+  ok (empty, "the zones of a reset drive, in memory");
+  char b[4096] = { 1 };
+  ok (s4k_write (d, b, 4096, B (Z (1)), 0) != 0, "a write is refused");
+  s4k_dev_close (d);
+  ok (access (zpath, F_OK) == -1 && errno == ENOENT,
+      "no FILE.sect4k-zones made");
+
+  d = open_dev (keys (HM, "ro.img"));
+  ok (s4k_write (d, b, 4096, B (Z (1)), 0) == 0 &&
+      dev_zone (d, Z (1)).cond == S4K_ZC_IMP_OPEN, "a writable start: zone 1 "
+      "implicitly open");
+  s4k_dev_close (d);   /* still open on record: a restart closes it */
+  size_t n0, n1;
+  struct stat st0, st1;
+  char *before = slurp (zpath, &n0);
+  ok (before && stat (zpath, &st0) == 0, "the state file");
+  usleep (20000);
+  if (!ok (try_open_ro (&d, keys (HM, "ro.img"), err, sizeof err) == 0,
+           "read-only start with zone state"))
+    bail ("%s", err);
+  ok (dev_zone (d, Z (1)).cond == S4K_ZC_CLOSED &&
+      dev_zone (d, Z (1)).wp == Z (1) + 8, "zone 1 closed in memory");
+  s4k_dev_close (d);
+  char *after = slurp (zpath, &n1);
+  ok (after && n0 == n1 && memcmp (before, after, n0) == 0 &&
+      stat (zpath, &st1) == 0 &&
+      st1.st_mtim.tv_sec == st0.st_mtim.tv_sec &&
+      st1.st_mtim.tv_nsec == st0.st_mtim.tv_nsec,
+      "the state file unchanged (its record still says open)");
+  free (after);
+
+  char k[512], want[1024];
+  snprintf (k, sizeof k, "%s zone-reformat=true", HM);
+  snprintf (want, sizeof want, "zone-reformat=true: file=%s is read-only (a "
+            "reformat erases the data and rewrites its zone state)", path);
+  err[0] = '\0';
+  ok (try_open_ro (&d, keys (k, "ro.img"), err, sizeof err) == -1 &&
+      strcmp (err, want) == 0, "read-only with zone-reformat=true refused: "
+      "%s", err);
+  after = slurp (zpath, &n1);
+  ok (after && n0 == n1 && memcmp (before, after, n0) == 0,
+      "the state file unchanged");
+  d = open_dev (keys (HM, "ro.img"));
+  ok (dev_zone (d, Z (1)).wp == Z (1) + 8 && !reads_zeroes (d, 4096, B (Z (1))),
+      "the data kept");
+  s4k_dev_close (d);
+  free (before);
+  free (after);
+}
+
 /* ---- threads ----------------------------------------------------------- */
 
 /* Four threads append to zones 1-8 at once, each write at the pointer
@@ -739,6 +899,8 @@ main (int argc, char **argv)
   test_refusals ();
   test_restart ();
   test_layout ();
+  test_reformat_data ();
+  test_readonly ();
   test_control ();
   test_threads ();
   test_kill ();

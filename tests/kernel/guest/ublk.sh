@@ -303,6 +303,35 @@ ublk_zoned () {
   diag "$pfx: $(( $(date +%s) - t0 )) s"
 }
 
+# ublk_zoned_limits: zone-max-open= and zone-max-active= of at least the
+# sequential zones (15 here) never bind: the device starts with no limit,
+# as Linux's block layer takes such limits (ublk refused them at
+# SET_PARAMS with EINVAL before); lower ones are shown as given.
+ublk_zoned_limits () {
+  local pfx="ublk zoned limits" keys="size=64M model=512e zoned=host-managed zone-size=4M zone-conventional=1" q open active
+  for lim in "64 64 0 0" "8 12 8 12"; do
+    set -- $lim
+    # shellcheck disable=SC2086
+    sect4k-server $keys zone-max-open=$1 zone-max-active=$2 --ublk >/tmp/uzl.out 2>/tmp/uzl.log &
+    ublk_pid=$!
+    case_pids="$case_pids $ublk_pid"
+    wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/uzl.out || ! kill -0 $ublk_pid 2>/dev/null"
+    ublk_dev=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' /tmp/uzl.out | head -n 1)
+    if [ -z "$ublk_dev" ] || ! wait_for 10 test -b "$ublk_dev"; then
+      nok "$pfx: zone-max-open=$1 zone-max-active=$2 on 15 sequential zones made a device"
+      diag "$(cat /tmp/uzl.out /tmp/uzl.log)"; ublk_dev=; stop_pid "$ublk_pid" 60; ublk_pid=; continue
+    fi
+    q=/sys/block/${ublk_dev#/dev/}/queue
+    open=$(cat $q/max_open_zones) active=$(cat $q/max_active_zones)
+    # No limit: some kernels show their write plug pool (at most the
+    # sequential zones) as max_open_zones.
+    [ "$3 $4" = "0 0" ] && [ "$open $active" = "15 0" ] && open=0
+    is "$pfx: zone-max-open=$1 zone-max-active=$2 on 15 sequential zones: max_open_zones max_active_zones" \
+      "$open $active" "$3 $4"
+    ublk_stop "$pfx"
+  done
+}
+
 # ublk_zoned_btrfs: btrfs's zoned mode writes its data with zone append
 # (REQ_OP_ZONE_APPEND, btrfs_use_zone_append), each extent where the
 # device says it went: an 8 MiB file on a zoned ublk device reads back
@@ -386,6 +415,8 @@ suite_ublk () {
   done < /tmp/ublk-cases
   ublk_zoned
   tidy "ublk zoned"
+  ublk_zoned_limits
+  tidy "ublk zoned limits"
   ublk_zoned_btrfs
   tidy "ublk zoned btrfs"
   ublk_captive
