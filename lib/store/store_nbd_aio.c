@@ -39,14 +39,19 @@
  * the loop's own connection covers every connection's completed writes.
  * Without it, each loop whose connection is dirty is asked (loop->post)
  * to flush its own, and the client's flush ends when the last of them
- * has; a dirty connection of the synchronous pool (not used for writes
- * by the server) is flushed in place.  A write's mark is taken in its
- * completion callback, before the client can see it acknowledged, so a
- * flush received after the acknowledgement finds it.
+ * has; a dirty connection of the synchronous pool (written by --scsi's
+ * LUN threads serving the same export) is flushed in place.  The
+ * synchronous flush asks the loops the same way and waits on a
+ * condition variable (up_flush_loops); a loop on the caller's own
+ * thread, which could not answer, is flushed in place (own_flush).  A
+ * write's mark is taken in its completion callback, before the client
+ * can see it acknowledged, so a flush received after the
+ * acknowledgement finds it.
  *
  * Ownership.  The store owns each loop's struct aloop (freed at close);
- * the loop's thread owns its connection.  Another thread reaches a loop
- * only by asking it to flush, through its inbox (ask_lock), never by
+ * the loop's thread owns its connection.  Another thread (another loop,
+ * or a synchronous flush) reaches a loop only by asking it to flush,
+ * through its inbox (ask_lock), never by
  * posting to it directly: a loop may stop before the store closes (the
  * NBD loops before the ublk queues, a ublk queue before another), and
  * its memory goes with it.  Such a loop lets go first (up_loop_gone, on
@@ -55,7 +60,10 @@
  * answers the asks still in its inbox, and from then on nothing of the
  * store touches the loop again; later asks find it released and pass
  * (its writes were flushed, or their loss counted).  Its aloop stays,
- * released, until close, and counts towards MAX_LOOPS. */
+ * released, until close, and counts towards MAX_LOOPS.  Its final flush
+ * waits at most upstream-timeout= (STOP_WAIT with 0, which would wait
+ * forever: a stop must end) and says in one line if it did not
+ * complete. */
 #include <errno.h>
 #include <linux/time_types.h>
 #include <liburing.h>
