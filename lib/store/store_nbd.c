@@ -15,8 +15,14 @@
  * Flush: with multi-conn the upstream promises that a flush on one
  * connection covers the writes completed on all of them.  Without it, a
  * flush goes to every connection with writes no flush covered (the
- * marks, store_nbd_priv.h).  FUA goes as FUA, or (upstream without FUA)
- * as a flush of the same connection after the write.
+ * marks, store_nbd_priv.h), the pool's and the loops', whichever path
+ * the flush came by: one export may be served through both at once
+ * (sect4k-server's NBD loops beside --scsi, whose LUN threads take the
+ * synchronous path), so a flush covers every write completed before it.
+ * The synchronous flush asks each dirty loop to flush its own connection
+ * (the loop's inbox, store_nbd_aio.c) and waits; a loop's flush flushes
+ * the pool's dirty connections in place.  FUA goes as FUA, or (upstream
+ * without FUA) as a flush of the same connection after the write.
  *
  * A connection that fails (the upstream died or restarted) is closed:
  * its requests get EIO and the next request connects again; the pool's
@@ -312,6 +318,12 @@ up_timed_out (struct nbd_store *u)
   fprintf (stderr, "sect4k: upstream=%s: no answer in %gs "
            "(upstream-timeout=): closing the connection; requests fail "
            "with EIO until it answers again\n", u->uri, u->timeout / 1e9);
+  up_set_down (u);
+}
+
+void
+up_set_down (struct nbd_store *u)
+{
   pthread_mutex_lock (&u->probe_lock);
   if (!u->closing && (u->prober_running ||
                       (u->prober_running =
@@ -368,9 +380,9 @@ up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie)
 }
 
 int
-up_wait (struct nbd_store *u, struct nbd_handle *h, int64_t cookie)
+up_wait (struct nbd_handle *h, int64_t cookie, uint64_t timeout)
 {
-  uint64_t deadline = deadline_of (u->timeout);
+  uint64_t deadline = deadline_of (timeout);
   for (;;) {
     if (nbd_aio_is_dead (h) || nbd_aio_is_closed (h))
       return -EIO;
@@ -379,15 +391,13 @@ up_wait (struct nbd_store *u, struct nbd_handle *h, int64_t cookie)
     if (r != 0)
       return r == 1 ? 0 : -EIO;
     int ms = ms_left (deadline);
-    if (ms == 0) {
-      up_timed_out (u);
-      return -EIO;
-    }
+    if (ms == 0)
+      return -ETIMEDOUT;
     int p = nbd_poll (h, ms);
     if (p == -1)
       return -EIO;
     if (p == 1)
-      deadline = deadline_of (u->timeout);  /* it said something */
+      deadline = deadline_of (timeout);     /* it said something */
   }
 }
 
@@ -518,10 +528,13 @@ up_flush_dirty (struct nbd_store *u, struct conn *c)
   return c->h ? r : 0;
 }
 
-/* The synchronous flush covers the pool: with multi-conn every loop's
- * connection too; without it, the loops' connections are the
- * asynchronous flush's (front ends use one path or the other).  Lost
- * writes are reported per client connection, by the engine. */
+/* The synchronous flush (the plugin's threads, --scsi's LUN threads)
+ * covers every write completed before it, whichever connection carried
+ * it: with multi-conn one flush does; without it, each dirty connection
+ * of the pool, then each dirty loop's (sect4k-server serves one export
+ * as NBD, through its loops, and as a SCSI disk, through the pool, at
+ * once).  Lost writes are reported per client connection, by the
+ * engine. */
 static int
 nbd_store_flush (struct s4k_store *s)
 {
@@ -552,7 +565,8 @@ nbd_store_flush (struct s4k_store *s)
     if (e && !r)
       r = e;
   }
-  return r;
+  int e = up_flush_loops (u);
+  return r ? r : e;
 }
 
 /* ---- extents: the upstream's runs, zero only over whole sectors ------- */

@@ -39,14 +39,19 @@
  * the loop's own connection covers every connection's completed writes.
  * Without it, each loop whose connection is dirty is asked (loop->post)
  * to flush its own, and the client's flush ends when the last of them
- * has; a dirty connection of the synchronous pool (not used for writes
- * by the server) is flushed in place.  A write's mark is taken in its
- * completion callback, before the client can see it acknowledged, so a
- * flush received after the acknowledgement finds it.
+ * has; a dirty connection of the synchronous pool (written by --scsi's
+ * LUN threads serving the same export) is flushed in place.  The
+ * synchronous flush asks the loops the same way and waits on a
+ * condition variable (up_flush_loops); a loop on the caller's own
+ * thread, which could not answer, is flushed in place (own_flush).  A
+ * write's mark is taken in its completion callback, before the client
+ * can see it acknowledged, so a flush received after the
+ * acknowledgement finds it.
  *
  * Ownership.  The store owns each loop's struct aloop (freed at close);
- * the loop's thread owns its connection.  Another thread reaches a loop
- * only by asking it to flush, through its inbox (ask_lock), never by
+ * the loop's thread owns its connection.  Another thread (another loop,
+ * or a synchronous flush) reaches a loop only by asking it to flush,
+ * through its inbox (ask_lock), never by
  * posting to it directly: a loop may stop before the store closes (the
  * NBD loops before the ublk queues, a ublk queue before another), and
  * its memory goes with it.  Such a loop lets go first (up_loop_gone, on
@@ -55,18 +60,26 @@
  * answers the asks still in its inbox, and from then on nothing of the
  * store touches the loop again; later asks find it released and pass
  * (its writes were flushed, or their loss counted).  Its aloop stays,
- * released, until close, and counts towards MAX_LOOPS. */
+ * released, until close, and counts towards MAX_LOOPS.  Its final flush
+ * waits at most upstream-timeout= (STOP_WAIT with 0, which would wait
+ * forever: a stop must end) and says in one line if it did not
+ * complete. */
 #include <errno.h>
 #include <linux/time_types.h>
 #include <liburing.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 
 #include "sect4k/sect4k.h"
 #include "store_nbd_priv.h"
+
+/* A loop that stops waits at most this long of silence for its final
+ * flush when upstream-timeout=0 (the default timeout). */
+#define STOP_WAIT 30000000000u
 
 /* One direction's poll of a loop's connection. */
 struct apoll {
@@ -83,6 +96,7 @@ struct xsub;
 struct aloop {
   struct mark mark;
   struct s4k_loop *loop;         /* set once; used only while not gone */
+  pthread_t thread;              /* the loop's (it made this): set once */
   _Atomic bool released;         /* let go (up_loop_gone): skipped */
   /* The inbox: other loops' asks.  ask_c is posted to the loop when the
    * first ask arrives; while the loop lets go (gone) asks wait for it. */
@@ -140,6 +154,7 @@ loop_get (struct nbd_store *u, struct s4k_loop *loop)
   n = atomic_load (&u->nloops);
   if (n < MAX_LOOPS && (al = calloc (1, sizeof *al))) {
     al->loop = loop;
+    al->thread = pthread_self ();
     al->u = u;
     al->rd.al = al->wr.al = al;
     al->gen = 1;
@@ -625,7 +640,10 @@ start (struct aloop *al, struct s4k_store_req *q)
 
 struct xflush {
   struct s4k_completion c;       /* posted to the flushing loop at the end */
-  struct s4k_store_req *q;
+  struct s4k_store_req *q;       /* NULL: a synchronous flush waits */
+  pthread_mutex_t lock;          /* for it: done, signalled by cond */
+  pthread_cond_t cond;
+  bool done;
   _Atomic unsigned pending;      /* loops still flushing, + 1 while asking */
   _Atomic int err;
   struct xsub {
@@ -646,8 +664,16 @@ xflush_put (struct xflush *x, int r)
   int zero = 0;
   if (r)
     atomic_compare_exchange_strong (&x->err, &zero, r);
-  if (atomic_fetch_sub (&x->pending, 1) == 1)
+  if (atomic_fetch_sub (&x->pending, 1) != 1)
+    return;
+  if (x->q) {
     x->q->loop->post (x->q->loop, &x->c);
+    return;
+  }
+  pthread_mutex_lock (&x->lock);
+  x->done = true;
+  pthread_cond_signal (&x->cond);
+  pthread_mutex_unlock (&x->lock);
 }
 
 /* On the flushing loop: every loop asked has answered. */
@@ -779,9 +805,10 @@ flush_begin (struct aloop *al, struct s4k_store_req *q)
   if (u->multi_conn)
     return up_any_dirty (u) ? start (al, q) : 0;
 
-  /* Without multi-conn.  The pool's connections: in place (blocking;
-   * the server writes through them only with a fault layer, which has
-   * no asynchronous path). */
+  /* Without multi-conn.  The pool's connections: in place (blocking, as
+   * rare: they carry writes only when a front end on the synchronous
+   * path, --scsi's LUN threads, serves the export too, or beyond
+   * MAX_LOOPS). */
   for (unsigned i = 0; i < u->n; i++) {
     struct conn *c = &u->conns[i];
     if (!mark_dirty (u, &c->mark))
@@ -824,6 +851,89 @@ flush_begin (struct aloop *al, struct s4k_store_req *q)
     r = q->err;
   if (x)
     xflush_put (x, 0);
+  return r;
+}
+
+/* A synchronous flush on the loop's own thread (its connection is the
+ * caller's to drive): sent and waited for here, as up_loop_gone does,
+ * since the loop cannot run its inbox while its thread waits.  A
+ * connection that fails or stays silent is closed as one that died
+ * (its loss counted): 0, as for an asked flush. */
+static int
+own_flush (struct aloop *al)
+{
+  struct nbd_store *u = al->u;
+  if (!mark_dirty (u, &al->mark))
+    return 0;
+  if (!al->h || al->connecting || up_down (u))
+    return -EIO;
+  struct flush_cover c = mark_cover (u, &al->mark);
+  int64_t cookie = nbd_aio_flush (al->h, NBD_NULL_COMPLETION, 0);
+  int r = cookie == -1 ? -EIO : up_wait (al->h, cookie, u->timeout);
+  if (r == 0)
+    mark_flushed (u, &al->mark, c);
+  else {
+    if (r == -ETIMEDOUT)
+      up_timed_out (u);
+    /* Cut, as timer_done does: its commands in flight fail (EIO). */
+    shutdown (nbd_aio_get_fd (al->h), SHUT_RDWR);
+    nbd_aio_notify_read (al->h);
+    if (!nbd_aio_is_dead (al->h))
+      teardown (al);
+  }
+  after_io (al);
+  return 0;
+}
+
+int
+up_flush_loops (struct nbd_store *u)
+{
+  struct xflush *x = NULL;
+  struct aloop *own[MAX_LOOPS];
+  unsigned nown = 0;
+  int r = 0;
+  const pthread_t self = pthread_self ();
+  unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++) {
+    struct aloop *m = u->loops[i];
+    if (atomic_load (&m->released) || !mark_dirty (u, &m->mark))
+      continue;
+    if (pthread_equal (m->thread, self)) {
+      own[nown++] = m;
+      continue;
+    }
+    if (!x) {
+      if (!(x = calloc (1, sizeof *x)))
+        return -ENOMEM;
+      pthread_mutex_init (&x->lock, NULL);
+      pthread_cond_init (&x->cond, NULL);
+      atomic_init (&x->pending, 1);
+    }
+    struct xsub *s = &x->sub[i];
+    *s = (struct xsub) { .x = x, .al = m };
+    atomic_fetch_add (&x->pending, 1);
+    if (!ask (m, s))
+      xflush_put (x, 0);
+  }
+  /* The loops asked flush meanwhile. */
+  for (unsigned i = 0; i < nown; i++) {
+    int e = own_flush (own[i]);
+    if (e && !r)
+      r = e;
+  }
+  if (x) {
+    xflush_put (x, 0);
+    pthread_mutex_lock (&x->lock);
+    while (!x->done)
+      pthread_cond_wait (&x->cond, &x->lock);
+    pthread_mutex_unlock (&x->lock);
+    int e = atomic_load (&x->err);
+    if (e && !r)
+      r = e;
+    pthread_cond_destroy (&x->cond);
+    pthread_mutex_destroy (&x->lock);
+    free (x);
+  }
   return r;
 }
 
@@ -907,15 +1017,39 @@ up_loop_gone (struct s4k_store *s, struct s4k_loop *loop)
    * write it completed is covered, or its loss counted. */
   bool ok = true;
   if (al->h && !al->connecting) {
-    ok = up_wait (u, al->h, 0) == 0;
-    if (ok && u->can_flush && mark_dirty (u, &al->mark) && !up_down (u)) {
+    /* upstream-timeout=0 lets requests wait forever, but a stop must
+     * end: a silent upstream gets STOP_WAIT. */
+    const uint64_t t = u->timeout ? u->timeout : STOP_WAIT;
+    int w = up_wait (al->h, 0, t);
+    if (w == 0 && u->can_flush && mark_dirty (u, &al->mark) &&
+        !up_down (u)) {
       struct flush_cover c = mark_cover (u, &al->mark);
       int64_t cookie = nbd_aio_flush (al->h, NBD_NULL_COMPLETION, 0);
-      ok = cookie != -1 && up_wait (u, al->h, cookie) == 0;
-      if (ok)
+      w = cookie == -1 ? -EIO : up_wait (al->h, cookie, t);
+      if (w == 0)
         mark_flushed (u, &al->mark, c);
     }
-    ok = ok && !(u->can_flush && mark_dirty (u, &al->mark));
+    const bool dirty = u->can_flush && mark_dirty (u, &al->mark);
+    if (w && dirty) {
+      char why[96];
+      if (w == -ETIMEDOUT)
+        snprintf (why, sizeof why, "no answer in %gs%s", t / 1e9,
+                  u->timeout ? " (upstream-timeout=)"
+                             : ", the limit at a stop");
+      else
+        snprintf (why, sizeof why, "the connection failed");
+      fprintf (stderr, "sect4k: upstream=%s: a stopping loop's final flush "
+               "did not complete (%s): its writes since the last flush "
+               "may be lost\n", u->uri, why);
+    }
+    /* The loops that stop after it need not wait as long again. */
+    if (w == -ETIMEDOUT) {
+      if (dirty || !u->timeout)
+        up_set_down (u);
+      else
+        up_timed_out (u);
+    }
+    ok = w == 0 && !dirty;
   }
   if (al->h) {
     struct apoll *polls[] = { &al->rd, &al->wr };

@@ -167,14 +167,18 @@ bool up_export_ok (struct nbd_store *u, struct nbd_handle *h);
  * nothing for u->timeout, is closed (its request gets EIO). */
 int up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie);
 /* Polls h (nbd_poll) until the command cookie has completed (cookie 0:
- * until nothing is in flight), bounded by u->timeout of silence: 0, or
- * -EIO if it failed, h died, or the upstream said nothing (taken as
- * down, up_timed_out).  For a caller that owns h and may block. */
-int up_wait (struct nbd_store *u, struct nbd_handle *h, int64_t cookie);
+ * until nothing is in flight), bounded by timeout ns of silence (0:
+ * none): 0, -ETIMEDOUT if the upstream said nothing that long (the
+ * caller takes it as down), or -EIO if it failed or h died.  For a
+ * caller that owns h and may block. */
+int up_wait (struct nbd_handle *h, int64_t cookie, uint64_t timeout);
 /* The upstream said nothing for u->timeout: one line on stderr, and it
- * is taken as down (struct nbd_store's down; the pool's idle connections
- * are closed).  The caller closes its connection. */
+ * is taken as down (up_set_down).  The caller closes its connection. */
 void up_timed_out (struct nbd_store *u);
+/* The upstream is taken as down (struct nbd_store's down; the prober
+ * starts, the pool's idle connections are closed, every connection's
+ * unflushed writes count as lost), without a line. */
+void up_set_down (struct nbd_store *u);
 static inline bool
 up_down (struct nbd_store *u)
 {
@@ -195,6 +199,12 @@ int up_extent_cb (void *opaque, const char *context, uint64_t offset,
 
 /* store_nbd_aio.c */
 int up_submit (struct s4k_store *s, struct s4k_store_req *q);
+/* The synchronous flush's share of the loops' connections (without
+ * multi-conn): each dirty one flushed, by its own loop (asked through
+ * its inbox; waited for), or here if the loop runs on the caller's
+ * thread.  0, or the first error (a connection that died during it:
+ * its loss counted, not an error). */
+int up_flush_loops (struct nbd_store *u);
 void up_aio_close (struct nbd_store *u, uint64_t *deadline);
 void up_loop_gone (struct s4k_store *s, struct s4k_loop *loop);
 /* The upstream is down: the loops' unflushed writes count as lost (their

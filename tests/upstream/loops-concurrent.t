@@ -1,9 +1,11 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Loops letting go of the upstream store while others flush, on threads
-# (tests/upstream/store-loops-concurrent.c; make check-tsan runs it under
-# TSan): every request ends, no loss is counted, and in the upstream's
-# log every connection that wrote had a flush after its last write.
+# Loops letting go of the upstream store while others flush, on threads,
+# and a thread writing and flushing with the synchronous calls beside
+# them (as --scsi on the same export) (tests/upstream/
+# store-loops-concurrent.c; make check-tsan runs it under TSan): every
+# request ends, no loss is counted, and in the upstream's log every
+# connection that wrote had a flush after its last write.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/up.sh"
 need nbdkit

@@ -12,6 +12,25 @@
 need nbdkit nbdinfo
 need_server
 
+# watched CMD...: CMD's exit status, or 124 if it ran 20 s, or hung at
+# exit as up.sh's exit_hung sees (seen twice, 0.5 s apart): killed then,
+# instead of waiting the 20 s out.
+watched () {
+  "$@" &
+  local p=$! hung=0 i
+  for i in $(seq 200); do
+    kill -0 $p 2>/dev/null || break
+    if [ $((i % 5)) = 0 ] && exit_hung $p; then
+      hung=$((hung + 1)); [ $hung -lt 2 ] || break
+    fi
+    sleep 0.1
+  done
+  if kill -0 $p 2>/dev/null; then
+    kill -9 $p; wait $p 2>/dev/null; return 124
+  fi
+  wait $p
+}
+
 # refused FRONT DESCRIPTION PATTERN KEYS...: FRONT must exit at start with
 # an error matching PATTERN.
 refused () {
@@ -19,7 +38,7 @@ refused () {
   rm -f "$tmpdir/r.sock"
   case $front in
     server) timeout 20 "$server" --unix "$tmpdir/r.sock" "$@" >"$out" 2>&1 ;;
-    plugin) timeout 20 env $(sanitizer_env) nbdkit -f -U "$tmpdir/r.sock" "$SECT4K_PLUGIN" "$@" >"$out" 2>&1 ;;
+    plugin) watched env $(sanitizer_env) nbdkit -f -U "$tmpdir/r.sock" "$SECT4K_PLUGIN" "$@" >"$out" 2>&1 ;;
   esac
   local st=$?
   # Under ASan, nbdkit's exit can hang (killed: 124) once libnbd has

@@ -6,7 +6,10 @@
  * write once more without flushing (their connections dirty), let go
  * (s4k_dev_loop_gone) and free their memory, which the next generation
  * may get again.  Without multi-conn every flush asks each dirty loop,
- * so flushes race loops letting go.  Every request must end (30 s), each
+ * so flushes race loops letting go.  Meanwhile a thread writes and
+ * flushes with the synchronous calls (as --scsi's LUN thread serving
+ * the same export): its flushes ask the loops too, and wait.  Every
+ * request must end (30 s), each
  * flush with 0, and no loss may be counted; the .t then checks in the
  * upstream's log that every connection that wrote was flushed after its
  * last write.
@@ -157,6 +160,28 @@ loop_main (void *arg)
   return NULL;
 }
 
+/* The synchronous path's writer (a LUN thread), until stop_long. */
+static void *
+sync_main (void *arg)
+{
+  (void) arg;
+  char buf[4096];
+  memset (buf, 0x5c, sizeof buf);
+  for (unsigned round = 0; !atomic_load (&stop_long); round++) {
+    int r = s4k_write (dev, buf, sizeof buf, (60u << 20) + (round % 16) * 4096,
+                       0);
+    if (r == 0) {
+      r = s4k_flush (dev);
+      atomic_fetch_add (&flushes, 1);
+    }
+    if (r) {
+      fprintf (stderr, "synchronous round %u: %s\n", round, strerror (-r));
+      atomic_fetch_add (&failures, 1);
+    }
+  }
+  return NULL;
+}
+
 static struct tloop *
 loop_start (unsigned id, bool is_long)
 {
@@ -205,6 +230,9 @@ main (int argc, char **argv)
   struct tloop *longs[LONG];
   for (unsigned i = 0; i < LONG; i++)
     longs[i] = loop_start (i, true);
+  pthread_t sync_thread;
+  if (pthread_create (&sync_thread, NULL, sync_main, NULL) != 0)
+    bail ("pthread_create failed");
   unsigned id = LONG;
   for (unsigned g = 0; g < GENERATIONS; g++) {
     struct tloop *shorts[SHORT];
@@ -216,9 +244,11 @@ main (int argc, char **argv)
   atomic_store (&stop_long, true);
   for (unsigned i = 0; i < LONG; i++)
     loop_end (longs[i]);
+  pthread_join (sync_thread, NULL);
 
   ok (atomic_load (&failures) == 0, "every request of %u loops ended well "
-      "(%u flushes, %u generations of short loops letting go)", id,
+      "and the synchronous writer's (%u flushes, %u generations of short "
+      "loops letting go)", id,
       atomic_load (&flushes), GENERATIONS);
   is_u64 (atomic_load (&store->losses), 0, "no loss counted");
   s4k_dev_close (dev);

@@ -16,11 +16,26 @@
  * poisoned and freed (reused in 4) once it let go.  The upstream's log
  * (nbdkit --filter=log) counts the flushes it received.
  *
+ * Then one export served through both paths at once (sect4k-server's
+ * NBD loops beside --scsi, whose LUN threads make synchronous calls
+ * over the store's pool): a flush must cover every write completed
+ * before it, whichever connection carried it.  In the upstream's log,
+ * each connection that wrote has a flush after its last write, after:
+ *   5. a loop's write, then a synchronous flush from another thread
+ *      (the loop asked through its inbox, the thread waiting);
+ *   6. the same, the synchronous flush on the loop's own thread (it
+ *      cannot wait for its own inbox: flushed in place);
+ *   7. two loops' writes, the synchronous flush waiting on both, and
+ *      one of them stopping with the ask not run;
+ *   8. a synchronous write (the pool), then a loop's flush.
+ *
  * usage: upstream-store-loops URI LOGFILE   (an upstream without
  * multi-conn) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,15 +54,40 @@ static const char *logfile;
 struct tloop {
   struct s4k_loop base;
   struct io_uring ring;
-  struct s4k_completion *posted;   /* one thread: a plain stack */
+  struct s4k_completion *posted;   /* a stack, under post_lock */
 };
+
+/* The loops run on this thread; a synchronous flush on another posts
+ * to them (cases 5 and 7). */
+static pthread_mutex_t post_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void
 post (struct s4k_loop *l, struct s4k_completion *c)
 {
   struct tloop *lp = (struct tloop *) l;
+  pthread_mutex_lock (&post_lock);
   c->next = lp->posted;
   lp->posted = c;
+  pthread_mutex_unlock (&post_lock);
+}
+
+static struct s4k_completion *
+take_posted (struct tloop *lp)
+{
+  pthread_mutex_lock (&post_lock);
+  struct s4k_completion *c = lp->posted;
+  lp->posted = NULL;
+  pthread_mutex_unlock (&post_lock);
+  return c;
+}
+
+static bool
+has_posted (struct tloop *lp)
+{
+  pthread_mutex_lock (&post_lock);
+  bool r = lp->posted != NULL;
+  pthread_mutex_unlock (&post_lock);
+  return r;
 }
 
 static void
@@ -68,9 +108,7 @@ turn (struct tloop **lps, unsigned n)
     struct tloop *lp = lps[i];
     if (!lp)
       continue;
-    struct s4k_completion *c = lp->posted;
-    lp->posted = NULL;
-    s4k_loop_run_posted (c);
+    s4k_loop_run_posted (take_posted (lp));
     struct io_uring_cqe *cqe;
     struct __kernel_timespec ts = { 0, 1000000 };
     io_uring_submit_and_wait_timeout (&lp->ring, &cqe, 1, &ts, NULL);
@@ -158,13 +196,11 @@ one_case (unsigned k, const char *what)
   }
   else {
     r = s4k_aio_flush (a);
-    ok (r == 1 && B->posted != NULL,
+    ok (r == 1 && has_posted (B),
         "%s: A's flush asked B (B has a post waiting)", what);
     if (k == 3) {
       /* B runs the ask: its flush goes out; B reads no answer. */
-      struct s4k_completion *c = B->posted;
-      B->posted = NULL;
-      s4k_loop_run_posted (c);
+      s4k_loop_run_posted (take_posted (B));
       io_uring_submit (&B->ring);
     }
     stop_loop (B);
@@ -200,6 +236,149 @@ one_case (unsigned k, const char *what)
   free (A);
 }
 
+/* Connections that wrote with no flush after their last write, from
+ * the upstream's log (its "connection=N Write|Flush id=... ..." lines). */
+static unsigned
+unflushed_conns (void)
+{
+  FILE *f = fopen (logfile, "r");
+  if (!f)
+    bail ("%s: cannot open", logfile);
+  enum { MAXC = 1024 };
+  static unsigned long last_write[MAXC], last_flush[MAXC];
+  memset (last_write, 0, sizeof last_write);
+  memset (last_flush, 0, sizeof last_flush);
+  char line[1024];
+  unsigned long n = 0;
+  while (fgets (line, sizeof line, f)) {
+    n++;
+    size_t len = strlen (line);
+    const char *p = strstr (line, "connection=");
+    unsigned c;
+    if (!p || len < 4 || strcmp (line + len - 4, "...\n") != 0 ||
+        sscanf (p, "connection=%u ", &c) != 1 || c >= MAXC)
+      continue;
+    if (strstr (p, " Write id="))
+      last_write[c] = n;
+    else if (strstr (p, " Flush id="))
+      last_flush[c] = n;
+  }
+  fclose (f);
+  unsigned bad = 0;
+  for (unsigned c = 0; c < MAXC; c++)
+    if (last_write[c] && last_flush[c] < last_write[c])
+      bad++;
+  return bad;
+}
+
+/* s4k_flush on a thread of its own (as --scsi's LUN thread). */
+struct sync_flush {
+  pthread_t t;
+  atomic_bool done;
+  int r;
+};
+static void *
+sync_flush_main (void *arg)
+{
+  struct sync_flush *f = arg;
+  f->r = s4k_flush (dev);
+  atomic_store (&f->done, true);
+  return NULL;
+}
+static void
+sync_flush_start (struct sync_flush *f)
+{
+  atomic_init (&f->done, false);
+  if (pthread_create (&f->t, NULL, sync_flush_main, f) != 0)
+    bail ("pthread_create failed");
+}
+/* Its result, turning the loops in lps until it ends (20 s at most). */
+static int
+sync_flush_end (struct sync_flush *f, struct tloop **lps, unsigned n)
+{
+  uint64_t until = s4k_now_ns () + 20000000000u;
+  while (!atomic_load (&f->done)) {
+    if (s4k_now_ns () > until)
+      bail ("a synchronous flush did not end in 20 s");
+    turn (lps, n);
+  }
+  pthread_join (f->t, NULL);
+  return f->r;
+}
+
+/* Cases 5 to 8: one export through both paths. */
+static void
+both_paths (void)
+{
+  struct tloop *A = calloc (1, sizeof *A), *B = calloc (1, sizeof *B);
+  loop_init (A);
+  loop_init (B);
+  struct tloop *both[] = { A, B }, *only_a[] = { A };
+  const uint64_t base = 8u << 20;
+  uint64_t losses = atomic_load (&store->losses);
+
+  /* 5. */
+  write_on (A, both, 2, base);
+  if (unflushed_conns () != 1)
+    bail ("A's write: %u connections unflushed in the log, not 1",
+          unflushed_conns ());
+  struct sync_flush f;
+  sync_flush_start (&f);
+  int r = sync_flush_end (&f, both, 2);
+  ok (r == 0, "a loop's write, a synchronous flush on another thread: "
+      "it ends: %s", r ? strerror (-r) : "0");
+  is_u64 (unflushed_conns (), 0, "... and the loop's connection was "
+          "flushed after the write");
+
+  /* 6. */
+  write_on (A, both, 2, base + 65536);
+  r = s4k_flush (dev);
+  ok (r == 0, "the synchronous flush on the loop's own thread ends: %s",
+      r ? strerror (-r) : "0");
+  is_u64 (unflushed_conns (), 0, "... and the loop's connection was "
+          "flushed after the write");
+
+  /* 7. */
+  write_on (A, both, 2, base + 131072);
+  write_on (B, both, 2, base + 196608);
+  sync_flush_start (&f);
+  uint64_t until = s4k_now_ns () + 20000000000u;
+  while (!has_posted (A) || !has_posted (B))
+    if (s4k_now_ns () > until)
+      bail ("the synchronous flush did not ask both loops in 20 s");
+  ok (!atomic_load (&f.done), "the synchronous flush waits for both "
+      "loops it asked");
+  stop_loop (B);                /* B's ask not run */
+  r = sync_flush_end (&f, only_a, 1);
+  ok (r == 0, "one loop asked stopped: the synchronous flush ends: %s",
+      r ? strerror (-r) : "0");
+  is_u64 (unflushed_conns (), 0, "... and both loops' connections were "
+          "flushed after their writes");
+  is_u64 (atomic_load (&store->losses), losses, "no loss counted");
+
+  /* 8. */
+  memset (buf, 0x5a, sizeof buf);
+  r = s4k_write (dev, buf, sizeof buf, base + 262144, 0);
+  if (r)
+    bail ("synchronous write: %s", strerror (-r));
+  if (unflushed_conns () != 1)
+    bail ("the synchronous write: %u connections unflushed, not 1",
+          unflushed_conns ());
+  struct waiter w = { 0 };
+  struct s4k_aio *a = s4k_aio_new (dev, &A->base, waiter_done, &w);
+  r = finish (only_a, 1, s4k_aio_flush (a), &w);
+  s4k_aio_free (a);
+  ok (r == 0, "a synchronous write, then a loop's flush: it ends: %s",
+      r ? strerror (-r) : "0");
+  is_u64 (unflushed_conns (), 0, "... and the pool's connection was "
+          "flushed after the write");
+  is_u64 (atomic_load (&store->losses), losses, "no loss counted");
+
+  free (B);
+  stop_loop (A);
+  free (A);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -223,6 +402,7 @@ main (int argc, char **argv)
   one_case (1, "B stopped idle, dirty");
   one_case (2, "B stopped with A's ask not run");
   one_case (3, "B stopped with the flush asked in flight");
+  both_paths ();
 
   s4k_dev_close (dev);
   printf ("1..%u\n", tap_n);
