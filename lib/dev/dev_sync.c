@@ -369,8 +369,10 @@ s4k_dev_zone_op (struct s4k_dev *d, enum s4k_zone_op op, uint64_t zone_lba,
     if (z->type == S4K_ZT_CONVENTIONAL || z->wp == UINT64_MAX ||
         z->wp <= z->start || (!all && z->start != zone_lba))
       continue;
+    /* Not S4K_MAY_TRIM: the zone is rewritten next, so the store keeps
+     * its space (the memory store its pages, a file its blocks). */
     r = sync_request (d, S4K_OP_ZERO, NULL, (z->wp - z->start) << d->lbits,
-                      z->start << d->lbits, S4K_MAY_TRIM | S4K_ZONE_RAW);
+                      z->start << d->lbits, S4K_ZONE_RAW);
   }
   if (all)
     free (desc);

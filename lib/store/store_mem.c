@@ -13,9 +13,11 @@
  * CAS to install a node or chunk.  Chunks and nodes come from per-thread
  * slabs, never from a shared allocator lock, and are never freed while
  * the store lives, so close unmaps the slabs and nothing else: its cost
- * follows the data.  Releasing a chunk (zero or trim of all of it) hands
- * its pages back to the kernel with MADV_DONTNEED and marks the slot, so
- * readers and writers of neighbouring sectors never touch freed memory.
+ * follows the data.  Releasing a chunk (a trim, or a zero that may trim,
+ * of all of it) hands its pages back to the kernel with MADV_DONTNEED
+ * and marks the slot, so readers and writers of neighbouring sectors
+ * never touch freed memory; a zero that may not trim (NBD's NO_HOLE, a
+ * zone reset) marks the slot and keeps the pages (STALE).
  *
  * When a chunk holds several physical sectors (P < page size), bits of its
  * slot say which were written since they last read as zeroes, so extents
@@ -67,7 +69,8 @@
  *   bytes held at that moment (a chunk reads as zeroes until a writer,
  *   having begun, installs it or clears its flag).
  * - A release (a zero of a whole chunk) changes no byte while it marks
- *   the slot: its pages go back to the kernel only after (mem_zero).
+ *   the slot: its pages go back to the kernel only after (mem_zero), or
+ *   stay as they are (STALE) until a writer zeroes them.
  *   So it adds GEN to the word once, after the slot's store, with no
  *   active window: a read whose first load sees the add (acquire) loads
  *   the released slot and copies nothing; one whose first load comes
@@ -131,8 +134,14 @@
 #define RELEASED ((uintptr_t) 1)  /* slot bit: chunk reads as zeroes */
 #define SUB_LOG 3u                /* 8 sector bits in a slot: bits 1..8 */
 #define SUB_SHIFT 1u
-#define SLOT_FLAGS (RELEASED | ((((uintptr_t) 1 << (1u << SUB_LOG)) - 1) \
-                                << SUB_SHIFT))
+/* With RELEASED: the pages were kept (a zero that may not trim, as a
+ * zone reset: the zone is rewritten next), so they hold old bytes, which
+ * the next partial writer zeroes.  Only where a chunk is one physical
+ * sector (no sector bits): its writers take turns on the sector's lock,
+ * so one zeroes it whole while no other copies into it. */
+#define STALE ((uintptr_t) 1 << 9)
+#define SLOT_FLAGS (RELEASED | STALE |                                    \
+                    ((((uintptr_t) 1 << (1u << SUB_LOG)) - 1) << SUB_SHIFT))
 #define SLAB_BYTES (2u << 20)
 /* The sequence word of a chunk: writers active, and generations. */
 #define SEQ_ACTIVE ((uint64_t) 0xffff)
@@ -384,8 +393,12 @@ fill_chunk (struct mem_store *m, _Atomic uintptr_t *slot, char *p,
       uncarve (m, &tl_slab.chunks, p, m->chunk);
   }
   if (e & RELEASED) {
-    /* Released pages read back as zeroes, so the chunk is ready. */
-    if (atomic_fetch_and (slot, ~RELEASED) & RELEASED)
+    /* Released pages read back as zeroes, so the chunk is ready; kept
+     * ones are zeroed first (this writer holds the chunk's only
+     * sector). */
+    if (e & STALE)
+      memset ((char *) (e & ~SLOT_FLAGS), 0, m->chunk);
+    if (atomic_fetch_and (slot, ~(RELEASED | STALE)) & RELEASED)
       atomic_fetch_add (&m->data_bytes, m->chunk);
   }
   /* Writers of other sectors of the chunk set other bits. */
@@ -494,7 +507,8 @@ write_chunk (struct mem_store *m, uint64_t ci, uint64_t co, const char *buf,
      * follows a reset. */
     seq_begin (slot);
     memcpy ((char *) (e & ~SLOT_FLAGS), buf, n);
-    atomic_store_explicit (slot, (e & ~RELEASED) | bits, memory_order_release);
+    atomic_store_explicit (slot, (e & ~SLOT_FLAGS) | bits,
+                           memory_order_release);
     seq_end (slot);
     atomic_fetch_add_explicit (&m->data_bytes, m->chunk, memory_order_relaxed);
     return 0;
@@ -739,13 +753,13 @@ slot_extent (const struct mem_store *m, uint64_t s, uint64_t e, uint64_t co,
  * zeroes, and a reader takes the slot's word for it and copies nothing. */
 struct released {
   char *p, *end;                /* the run of pages not yet handed back */
-  uint64_t chunks;
+  uint64_t chunks;              /* chunks that held data */
 };
 
+/* Hands the pages of chunk c back (with the run they extend). */
 static void
 released_add (struct mem_store *m, struct released *rel, char *c)
 {
-  rel->chunks++;
   if (c == rel->end) {
     rel->end += m->chunk;
     return;
@@ -765,24 +779,33 @@ released_end (struct mem_store *m, struct released *rel)
     atomic_fetch_sub (&m->data_bytes, rel->chunks << m->chunk_bits);
 }
 
-/* Marks the chunk in slot (e: its entry, a chunk) released. */
+/* Marks the chunk in slot (e: its entry, a chunk) as reading zeroes,
+ * its pages kept (keep: STALE) or handed back; nothing if it is so. */
 static inline void
 release_chunk (struct mem_store *m, _Atomic uintptr_t *slot, uintptr_t e,
-               struct released *rel)
+               bool keep, struct released *rel)
 {
-  atomic_store_explicit (slot, (e & ~SLOT_FLAGS) | RELEASED,
-                         memory_order_relaxed);
+  if ((e & RELEASED) && (keep || !(e & STALE)))
+    return;
+  atomic_store_explicit (slot, (e & ~SLOT_FLAGS) | RELEASED |
+                               (keep ? STALE : 0), memory_order_relaxed);
   seq_bump (slot);
-  released_add (m, rel, (char *) (e & ~SLOT_FLAGS));
+  rel->chunks += !(e & RELEASED);
+  if (!keep)
+    released_add (m, rel, (char *) (e & ~SLOT_FLAGS));
 }
 
-/* Zeroes [off, off+len): whole chunks go back to the kernel. */
+/* Zeroes [off, off+len): whole chunks go back to the kernel, or, for a
+ * zero that may not trim, keep their pages for the writes to come
+ * (STALE: a reset zone is rewritten next, and a page handed back costs a
+ * fault and the kernel's zeroing when it is). */
 static int
 mem_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
           bool fua)
 {
   struct mem_store *m = (struct mem_store *) s;
-  (void) may_trim; (void) fua;
+  (void) fua;
+  const bool keep = !may_trim && !m->track;
   const uint64_t dev_end = m->size + m->shift;
   /* The chunks before this one are the last zeroed whole; the clipped
    * end of the device counts as covered. */
@@ -805,11 +828,9 @@ mem_zero (struct s4k_store *s, uint64_t len, uint64_t off, bool may_trim,
       uint64_t k = 1, kmax = NODE_ENTRIES - (ci & (NODE_ENTRIES - 1));
       if (kmax > whole_end - ci)
         kmax = whole_end - ci;
-      if (!(e & RELEASED))
-        release_chunk (m, slot, e, &rel);
+      release_chunk (m, slot, e, keep, &rel);
       for (; k < kmax && (e = atomic_load (slot + k)); k++)
-        if (!(e & RELEASED))
-          release_chunk (m, slot + k, e, &rel);
+        release_chunk (m, slot + k, e, keep, &rel);
       n = (k << m->chunk_bits) - co;
       continue;
     }

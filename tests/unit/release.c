@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The memory store's released chunks against a shadow copy: zeroes and
  * trims that release runs of chunks (a zone reset releases thousands, in
- * runs across leaves, their pages handed back after the run), writes of
- * a whole released chunk (the rewrite after a reset, which skips the slow
- * path) and partial writes into released chunks (whose other bytes must
- * read as zeroes: the pages really went back).  After every request the
+ * runs across leaves; a trim hands their pages back after the run, a
+ * zero that may not trim keeps them), writes of a whole released chunk
+ * (the rewrite after a reset, which skips the slow path) and partial
+ * writes into released chunks (whose other bytes must read as zeroes:
+ * the pages went back, or were zeroed by that writer).  After every request the
  * whole device reads back as the shadow, and the store holds exactly as
  * many bytes as a whole-device write then zero says it should. */
 #include <stdlib.h>
@@ -100,19 +101,25 @@ check (uint32_t L, uint32_t P, uint32_t A, uint64_t size, unsigned steps)
       "L=%u P=%u A=%u: the store holds %" PRIu64 " bytes written whole "
       "(%" PRIu64 " chunks), %" PRIu64 " after all is zeroed", L, P, A,
       full, chunks, empty);
-  /* A released chunk rewritten in part: its other bytes are zeroes. */
-  memset (buf, 0x77, chunk);
-  memset (got, 1, chunk);
-  const uint64_t at = 5 * chunk - shift;  /* a chunk's start */
-  if (s4k_write (d, buf, chunk, at, 0) || s4k_zero (d, chunk, at, 0) ||
-      s4k_write (d, buf, L, at + L, 0) || s4k_read (d, got, chunk, at))
-    bail ("L=%u P=%u A=%u: a request failed", L, P, A);
-  bool zeroes = true;
-  for (uint64_t i = 0; i < chunk; i++)
-    if (got[i] != (i >= L && i < 2 * L ? 0x77 : 0))
-      zeroes = false;
-  ok (zeroes, "L=%u P=%u A=%u: a write into a released chunk: the rest "
-      "of it reads as zeroes", L, P, A);
+  /* A released chunk rewritten in part: its other bytes are zeroes,
+   * whether its pages went back (a trim) or were kept (a zero that may
+   * not trim: NO_HOLE, a zone reset). */
+  for (int trim = 0; trim <= 1; trim++) {
+    memset (buf, 0x77, chunk);
+    memset (got, 1, chunk);
+    const uint64_t at = 5 * chunk - shift;  /* a chunk's start */
+    if (s4k_write (d, buf, chunk, at, 0) ||
+        s4k_zero (d, chunk, at, trim ? S4K_MAY_TRIM : 0) ||
+        s4k_write (d, buf, L, at + L, 0) || s4k_read (d, got, chunk, at))
+      bail ("L=%u P=%u A=%u: a request failed", L, P, A);
+    bool zeroes = true;
+    for (uint64_t i = 0; i < chunk; i++)
+      if (got[i] != (i >= L && i < 2 * L ? 0x77 : 0))
+        zeroes = false;
+    ok (zeroes, "L=%u P=%u A=%u: a write into a chunk zeroed whole (%s): "
+        "the rest of it reads as zeroes", L, P, A,
+        trim ? "may trim: pages handed back" : "pages kept");
+  }
   s4k_dev_close (d);
   free (shadow);
   free (got);
