@@ -60,6 +60,17 @@ bail (const char *fmt, ...)
   exit (1);
 }
 
+/* The tests' pseudo-random numbers (xorshift64): the same sequence from
+ * the same seed on every machine, so a failure names its seed. */
+TAP_UNUSED static uint64_t
+xorshift64 (uint64_t *s)
+{
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
 TAP_UNUSED static int
 done_testing (void)
 {

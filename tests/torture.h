@@ -27,6 +27,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "tap.h"
+
 #define TORTURE_MAGIC 0x53344b54u       /* "S4KT" */
 #define TORTURE_ALL 0xffffu             /* op covers the whole sector */
 
@@ -116,8 +118,7 @@ struct torture_step {
 static inline uint64_t
 torture_rand (uint64_t *s)
 {
-  *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
-  return *s;
+  return xorshift64 (s);
 }
 
 static inline unsigned

@@ -103,8 +103,7 @@ efd_fired (struct s4k_completion *c, int res)
 static uint64_t
 rnd (struct slot *s, uint64_t n)
 {
-  s->rng ^= s->rng << 13; s->rng ^= s->rng >> 7; s->rng ^= s->rng << 17;
-  return s->rng % n;
+  return xorshift64 (&s->rng) % n;
 }
 
 static bool

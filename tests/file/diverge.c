@@ -41,8 +41,7 @@ static uint64_t rng;
 static uint64_t
 rnd (uint64_t n)
 {
-  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-  return rng % n;
+  return xorshift64 (&rng) % n;
 }
 
 /* ---- a single-threaded s4k_loop ---------------------------------------- */

@@ -26,8 +26,7 @@ static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static uint64_t
 rnd (uint64_t n)
 {
-  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-  return rng % n;
+  return xorshift64 (&rng) % n;
 }
 
 /* Builds a config from "key=value" strings (NULL-terminated). */

@@ -76,8 +76,7 @@ run (const char *model, uint64_t size)
   uint64_t x = 88172645463325252ull;
   int bad = 0;
   for (unsigned i = 0; i < 10000; i++) {
-    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-    uint64_t off = x % (size / L) * L;
+    uint64_t off = xorshift64 (&x) % (size / L) * L;
     memset (buf, 1, L);
     if (s4k_read (d, buf, L, off) != 0 || buf[0] || buf[L - 1])
       bad++;

@@ -20,8 +20,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t
 next (uint64_t n)
 {
-  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-  return rng % n;
+  return xorshift64 (&rng) % n;
 }
 
 static void

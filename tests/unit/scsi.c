@@ -895,10 +895,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15;
 static uint64_t
 next_rand (void)
 {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
+  return xorshift64 (&rng);
 }
 
 static void

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tap.h"
+
 static char dir[256];
 
 /* "KEYS file=DIR/NAME" */
@@ -37,10 +39,7 @@ try_open (struct s4k_dev **d, const char *k, char *err, size_t errlen)
 TAP_UNUSED static uint64_t
 rng (uint64_t *s)
 {
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
+  return xorshift64 (s);
 }
 
 /* The 8 bytes at each 8-byte slot of LBA lba in reset epoch e. */
