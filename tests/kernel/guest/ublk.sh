@@ -25,23 +25,30 @@ CASES
 # DEL_DEV: empty when nothing of ours is left).
 ublk_devs () { ls -d /sys/class/ublk-char/ublkc* /sys/block/ublkb* 2>/dev/null | tr '\n' ' '; }
 
-# ublk_start NAME KEYS...: sect4k-server KEYS --ublk with a control
-# socket /tmp/NAME.ctl and an NBD listener /tmp/NAME.sock on the same
-# export; sets ublk_pid and ublk_dev.
-ublk_start () {
-  local name=$1; shift
-  rm -f "/tmp/$name.ctl" "/tmp/$name.out"
-  rm -f "/tmp/$name.sock"
-  sect4k-server size=64M "$@" control="/tmp/$name.ctl" --ublk \
-    --unix "/tmp/$name.sock" >"/tmp/$name.out" 2>"/tmp/$name.log" &
+# ublk_serve OUT ARGS...: sect4k-server ARGS --ublk in the background,
+# its stdout in OUT and its stderr in OUT's .log (/tmp/NAME.out and
+# /tmp/NAME.log); waits for its device line.  Sets ublk_pid and ublk_dev;
+# without a device, says what the server said and returns 1 (the server
+# may still run: tidy stops it).
+ublk_serve () {
+  local out="$1" log="${1%.out}.log"; shift
+  rm -f "$out"
+  sect4k-server "$@" --ublk >"$out" 2>"$log" &
   ublk_pid=$!
   case_pids="$case_pids $ublk_pid"   # tidy stops it if the case fails
-  wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/$name.out || ! kill -0 $ublk_pid 2>/dev/null"
-  ublk_dev=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' "/tmp/$name.out" | head -n 1)
+  wait_for 60 sh -c "grep -q '^/dev/ublkb' $out || ! kill -0 $ublk_pid 2>/dev/null"
+  ublk_dev=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' "$out" | head -n 1)
   [ -n "$ublk_dev" ] && wait_for 10 test -b "$ublk_dev" && return 0
-  diag "sect4k-server --ublk for $name gave no device:" "$(cat "/tmp/$name.out")" "$(tail -n 5 "/tmp/$name.log")"
+  diag "sect4k-server $* --ublk gave no device:" "$(cat "$out")" "$(tail -n 5 "$log")"
   ublk_dev=
   return 1
+}
+# ublk_start NAME KEYS...: ublk_serve with a control socket /tmp/NAME.ctl
+# and an NBD listener /tmp/NAME.sock on the same export.
+ublk_start () {
+  local name=$1; shift
+  rm -f "/tmp/$name.ctl" "/tmp/$name.sock"
+  ublk_serve "/tmp/$name.out" size=64M "$@" control="/tmp/$name.ctl" --unix "/tmp/$name.sock"
 }
 # ublk_stop PFX: SIGTERM; exit 0, the device gone.
 ublk_stop () {
@@ -271,14 +278,8 @@ ublk_zoned () {
   stop_pid "$scsi_pid" 60
   scsi_pid= scsi_dev=
   # shellcheck disable=SC2086
-  sect4k-server size=${ZONED_MB}M model=512e $ZONED_KEYS --ublk >/tmp/uz.out 2>/tmp/uz.log &
-  ublk_pid=$!
-  case_pids="$case_pids $ublk_pid"
-  wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/uz.out || ! kill -0 $ublk_pid 2>/dev/null"
-  ublk_dev=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' /tmp/uz.out | head -n 1)
-  if [ -z "$ublk_dev" ] || ! wait_for 10 test -b "$ublk_dev"; then
-    nok "$pfx: sect4k-server --ublk $ZONED_KEYS made a device"
-    diag "$(cat /tmp/uz.out /tmp/uz.log)"; ublk_dev=; return
+  if ! ublk_serve /tmp/uz.out size=${ZONED_MB}M model=512e $ZONED_KEYS; then
+    nok "$pfx: sect4k-server --ublk $ZONED_KEYS made a device"; return
   fi
   ok "$pfx: sect4k-server --ublk $ZONED_KEYS made $ublk_dev"
   q=/sys/block/${ublk_dev#/dev/}/queue
@@ -312,14 +313,9 @@ ublk_zoned_limits () {
   for lim in "64 64 0 0" "8 12 8 12"; do
     set -- $lim
     # shellcheck disable=SC2086
-    sect4k-server $keys zone-max-open=$1 zone-max-active=$2 --ublk >/tmp/uzl.out 2>/tmp/uzl.log &
-    ublk_pid=$!
-    case_pids="$case_pids $ublk_pid"
-    wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/uzl.out || ! kill -0 $ublk_pid 2>/dev/null"
-    ublk_dev=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' /tmp/uzl.out | head -n 1)
-    if [ -z "$ublk_dev" ] || ! wait_for 10 test -b "$ublk_dev"; then
+    if ! ublk_serve /tmp/uzl.out $keys zone-max-open=$1 zone-max-active=$2; then
       nok "$pfx: zone-max-open=$1 zone-max-active=$2 on 15 sequential zones made a device"
-      diag "$(cat /tmp/uzl.out /tmp/uzl.log)"; ublk_dev=; stop_pid "$ublk_pid" 60; ublk_pid=; continue
+      stop_pid "$ublk_pid" 60; ublk_pid=; continue
     fi
     q=/sys/block/${ublk_dev#/dev/}/queue
     open=$(cat $q/max_open_zones) active=$(cat $q/max_active_zones)
@@ -344,14 +340,8 @@ ublk_zoned_btrfs () {
   t0=$(date +%s)
   if ! zoned_tools; then ok "$pfx # SKIP $zoned_tools_why"; return; fi
   # shellcheck disable=SC2086
-  sect4k-server $keys --ublk >/tmp/uzb.out 2>/tmp/uzb.log &
-  ublk_pid=$!
-  case_pids="$case_pids $ublk_pid"
-  wait_for 60 sh -c "grep -q '^/dev/ublkb' /tmp/uzb.out || ! kill -0 $ublk_pid 2>/dev/null"
-  ublk_dev=$(sed -n 's|^\(/dev/ublkb[0-9]*\).*|\1|p' /tmp/uzb.out | head -n 1)
-  if [ -z "$ublk_dev" ] || ! wait_for 10 test -b "$ublk_dev"; then
-    nok "$pfx: sect4k-server $keys --ublk made a device"
-    diag "$(cat /tmp/uzb.out /tmp/uzb.log)"; ublk_dev=; return
+  if ! ublk_serve /tmp/uzb.out $keys; then
+    nok "$pfx: sect4k-server $keys --ublk made a device"; return
   fi
   out=$(mkfs.btrfs -f -d single -m single "$ublk_dev" 2>&1)
   says "$pfx: mkfs.btrfs on $ublk_dev: a zoned device" "$out" 'Zoned device: *yes' || { diag "$out"; return; }
