@@ -365,6 +365,23 @@ ublk_zoned_btrfs () {
   diag "$pfx: $(( $(date +%s) - t0 )) s"
 }
 
+# ublk_notroot: an unprivileged user is refused in one line, exit 1,
+# before anything is made (ublk_check; on a host without the driver the
+# missing /dev/ublk-control is said first).  timeout: a server that took
+# it would serve on.
+ublk_notroot () {
+  local pfx="ublk as an unprivileged user (uid 65534)" st
+  [ -x /opt/bin/setpriv ] || { ok "$pfx # SKIP no util-linux setpriv in the guest"; return; }
+  is "$pfx: setpriv drops root" \
+    "$(/opt/bin/setpriv --reuid=65534 --regid=65534 --clear-groups id -u)" 65534 || return
+  timeout 60 /opt/bin/setpriv --reuid=65534 --regid=65534 --clear-groups \
+    sect4k-server size=16M model=512e --ublk >/tmp/unr.out 2>/tmp/unr.log; st=$?
+  is "$pfx: exit status 1" "$st" 1
+  is "$pfx: one line, on stderr: needs root" "$(cat /tmp/unr.out /tmp/unr.log)" \
+    "sect4k-server: --ublk: needs root (it adds block devices through /dev/ublk-control)"
+  is "$pfx: ... and no ublk device" "$(ublk_devs)" ""
+}
+
 suite_ublk () {
   local name L P rot wc max keys pfx before after
   if [ ! -e /dev/ublk-control ]; then
@@ -409,6 +426,7 @@ suite_ublk () {
   tidy "ublk zoned limits"
   ublk_zoned_btrfs
   tidy "ublk zoned btrfs"
+  ublk_notroot
   ublk_captive
   ublk_attach
   ublk_stale
