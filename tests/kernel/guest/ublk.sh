@@ -419,6 +419,7 @@ ublk_zoned_many () {
         want=$nr ;;
       *) want=4096 ;;   # started: its 65536 zones went in one request
     esac
+    [ "$kb" = 32768 ] || diag "$pfx: the server said:" "$(grep ' zones' /tmp/uzm.log)"
     out=$(blkzone report -c "$want" "$ublk_dev" 2>&1)
     is "$pfx: blkzone report lists $want zones" "$(printf '%s\n' "$out" | grep -c '^  start: ')" "$want"
     says "$pfx: ... from sector 0 to zone $((want - 1))'s, in order" "$(printf '%s\n' "$out" | sed -n '1p;$p' | tr '\n' ' ')" \
