@@ -1066,6 +1066,43 @@ disk_start (struct udisk *d, bool readonly, unsigned nq, char *err,
   return 0;
 }
 
+/* ublk_drv asks for a zone report in requests of at most max_sectors
+ * (64 bytes a zone), from where the last one stopped.  Linux 6.12 maps
+ * at most 1024 pages into one (blk_rq_map_kern: bio_map_kern's
+ * bio_kmalloc): a larger one fails with ENOMEM, and with it START_DEV,
+ * which reports every zone (seen with 131072 zones under the default
+ * 32M).  So with more zones than 4 MiB holds, requests of at most 4 MiB.
+ * And it hands each request's zones to the caller numbered from 0 again
+ * (ublk_report_zones' cb index): a BLKREPORTZONE asking more zones than
+ * one request holds gets the last request's zones at the start of its
+ * array.  blkzone asks 4096 at a time: said when fewer fit. */
+#define REPORT_MAX (4u << 20)
+#define BLKZONE_BATCH 4096u
+
+static void
+report_limits (struct udisk *d, bool named)
+{
+  struct s4k_zones_info zi;
+  s4k_zones_info (d->zones, &zi);
+  const char *pre = named ? "export=" : "", *nm = named ? d->x->name : "",
+             *sep = named ? ": " : "";
+  const uint64_t bytes = (uint64_t) zi.nr_zones * sizeof (struct blk_zone);
+  if (bytes > REPORT_MAX && d->max_io > REPORT_MAX) {
+    log_msg ("--ublk: %s%s%s%" PRIu32 " zones: requests of at most 4M, not "
+             "max-request's %" PRIu32 "k (ublk_drv fails a zone report "
+             "request above 4 MiB)", pre, nm, sep, zi.nr_zones,
+             d->max_io >> 10);
+    d->max_io = REPORT_MAX;
+  }
+  const uint32_t per = d->max_io / sizeof (struct blk_zone);
+  if (zi.nr_zones > per && per < BLKZONE_BATCH)
+    log_msg ("--ublk: %s%s%s%" PRIu32 " zones, %" PRIu32 " a report request "
+             "(max-request=%" PRIu32 "k): ublk_drv misplaces the zones of "
+             "a BLKREPORTZONE of more (blkzone asks %u): give max-request=%uk "
+             "or more", pre, nm, sep, zi.nr_zones, per, d->max_io >> 10,
+             BLKZONE_BATCH, BLKZONE_BATCH * 64 / 1024);
+}
+
 struct ublk_front *
 ublk_start (struct s4k_exports *t, bool readonly, bool recovery,
             unsigned queues, bool verbose, FILE *out, char *err,
@@ -1109,6 +1146,8 @@ ublk_start (struct s4k_exports *t, bool readonly, bool recovery,
     d->sshift = shift_of (s4k_dev_geometry (d->dev)->logical) - 9;
     /* Whole pages (ublk's buffers are), within max-request. */
     d->max_io = s4k_dev_max_request (d->dev) & ~(uint32_t) 4095;
+    if (d->zones)
+      report_limits (d, t->named);
   }
   f->n = t->n;
   scan_dead (f, verbose);
