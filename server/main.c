@@ -825,6 +825,7 @@ out:
   if (private_socket && s.nlisten)
     captive_private_remove (private_path);
   for (const struct server_cfg *e = &s.cfg; e; e = e->next) {
+    s4k_dev_stop (e->dev);      /* the flush at exit must end */
     int r = s4k_flush (e->dev);
     if (r < 0) {
       log_msg ("flush at exit: %s", s4k_strerror (-r));

@@ -212,6 +212,7 @@ s4k_dev_close (struct s4k_dev *d)
   stats_saver_close (&d->saver);
   if (d->fault)
     fault_stop (d->fault);
+  s4k_dev_stop (d);             /* a write cache written back: bounded */
   d->store->ops->close (d->store);
   s4k_locks_free (d->locks);
   stats_free (&d->stats);

@@ -33,6 +33,13 @@ s4k_dev_async_extents (const struct s4k_dev *d)
 }
 
 void
+s4k_dev_stop (struct s4k_dev *d)
+{
+  if (d->store->ops->stop)
+    d->store->ops->stop (d->store);
+}
+
+void
 s4k_dev_loop_gone (struct s4k_dev *d, struct s4k_loop *loop)
 {
   if (d->store->ops->loop_gone)

@@ -237,6 +237,14 @@ fault_info (const struct s4k_store *s)
 }
 
 static void
+fault_store_stop (struct s4k_store *s)
+{
+  struct s4k_fault *f = (struct s4k_fault *) s;
+  if (f->inner->ops->stop)
+    f->inner->ops->stop (f->inner);
+}
+
+static void
 fault_close (struct s4k_store *s)
 {
   struct s4k_fault *f = (struct s4k_fault *) s;
@@ -271,6 +279,7 @@ static const struct s4k_store_ops fault_ops = {
   .readonly = fault_readonly,
   .info = fault_info,
   .close = fault_close,
+  .stop = fault_store_stop,
 };
 
 /* ---- lifecycle --------------------------------------------------------- */

@@ -45,6 +45,13 @@
  * connection's unflushed writes count as lost.  A thread, the prober,
  * connects meanwhile; once it has, requests go upstream again.
  *
+ * Stop (the stop op: sect4k-server's flush at exit, a fault layer's
+ * write cache written back at close): upstream-timeout=0 waits forever,
+ * but a stop must end, so from then on every wait gets STOP_WAIT
+ * (up_limit).  The final flush says in one line what it could not
+ * cover (counted lost) and returns 0: the stop goes on, as a stopping
+ * loop's does (store_nbd_aio.c).
+ *
  * Partial writes: where the export's minimum block size allows it (and
  * upstream-partial-writes= is not false), a write that cuts physical
  * sectors goes upstream as it is (partial_writes in store.h), on either
@@ -131,12 +138,14 @@ connect_upstream (struct nbd_store *u, char *err, size_t errlen,
       nbd_aio_connect_uri (h, u->uri) == -1)
     r = -1;
   /* The connect and the handshake, within the timeout. */
-  const uint64_t deadline = deadline_of (u->timeout);
+  const uint64_t limit = up_limit (u);
+  const uint64_t deadline = deadline_of (limit);
   while (r == 0 && nbd_aio_is_connecting (h)) {
     int ms = ms_left (deadline);
     if (ms == 0) {
-      snprintf (err, errlen, "upstream=%s: no answer in %gs "
-                "(upstream-timeout=)", u->uri, u->timeout / 1e9);
+      snprintf (err, errlen, "upstream=%s: no answer in %gs%s", u->uri,
+                limit / 1e9, u->timeout ? " (upstream-timeout=)"
+                                        : ", the limit at a stop");
       if (silent)
         *silent = true;
       nbd_close (h);
@@ -315,6 +324,11 @@ prober (void *arg)
 void
 up_timed_out (struct nbd_store *u)
 {
+  if (atomic_load (&u->stopping)) {
+    atomic_store (&u->stop_silent, true);
+    up_set_down (u);
+    return;
+  }
   fprintf (stderr, "sect4k: upstream=%s: no answer in %gs "
            "(upstream-timeout=): closing the connection; requests fail "
            "with EIO until it answers again\n", u->uri, u->timeout / 1e9);
@@ -362,7 +376,8 @@ int
 up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie)
 {
   int r = cookie == -1 ? -1 : 0;
-  uint64_t deadline = deadline_of (u->timeout);
+  const uint64_t limit = up_limit (u);
+  uint64_t deadline = deadline_of (limit);
   while (r == 0 && (r = nbd_aio_command_completed (c->h, cookie)) == 0) {
     int ms = ms_left (deadline);
     if (ms == 0) {
@@ -374,7 +389,7 @@ up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie)
     if (p == -1)
       r = -1;
     else if (p == 1)
-      deadline = deadline_of (u->timeout);  /* it said something */
+      deadline = deadline_of (limit);       /* it said something */
   }
   return up_check (u, c, r == 1 ? 0 : -1);
 }
@@ -536,9 +551,8 @@ up_flush_dirty (struct nbd_store *u, struct conn *c)
  * once).  Lost writes are reported per client connection, by the
  * engine. */
 static int
-nbd_store_flush (struct s4k_store *s)
+flush_all (struct nbd_store *u)
 {
-  struct nbd_store *u = (struct nbd_store *) s;
   int r = 0;
   if (!u->can_flush)
     return 0;                   /* the upstream writes through */
@@ -567,6 +581,47 @@ nbd_store_flush (struct s4k_store *s)
   }
   int e = up_flush_loops (u);
   return r ? r : e;
+}
+
+static int
+nbd_store_flush (struct s4k_store *s)
+{
+  struct nbd_store *u = (struct nbd_store *) s;
+  if (!atomic_load (&u->stopping))
+    return flush_all (u);
+  /* The final flush, the front end stopping: bounded (up_limit), and it
+   * ends the stop as a stopping loop's does (up_loop_gone): what it
+   * could not cover is counted lost and said in one line, and the stop
+   * goes on. */
+  const uint64_t losses = atomic_load (&s->losses);
+  int r = flush_all (u);
+  if (r == 0 && atomic_load (&s->losses) == losses)
+    return 0;
+  for (unsigned i = 0; i < u->n; i++) {
+    struct conn *c = &u->conns[i];
+    pthread_mutex_lock (&c->lock);
+    if (c->h && mark_dirty (u, &c->mark))
+      conn_lost (u, c);
+    pthread_mutex_unlock (&c->lock);
+  }
+  char why[96];
+  if (atomic_load (&u->stop_silent))
+    snprintf (why, sizeof why, "no answer in %gs%s", up_limit (u) / 1e9,
+              u->timeout ? " (upstream-timeout=)" : ", the limit at a stop");
+  else if (r)
+    snprintf (why, sizeof why, "%s", s4k_strerror (-r));
+  else
+    snprintf (why, sizeof why, "the connection failed");
+  fprintf (stderr, "sect4k: upstream=%s: the final flush did not complete "
+           "(%s): writes since the last flush may be lost\n", u->uri, why);
+  return 0;
+}
+
+/* The front end stops: from now on no wait is without end. */
+static void
+nbd_store_stop (struct s4k_store *s)
+{
+  atomic_store (&((struct nbd_store *) s)->stopping, true);
 }
 
 /* ---- extents: the upstream's runs, zero only over whole sectors ------- */
@@ -693,6 +748,7 @@ static const struct s4k_store_ops nbd_ops = {
   .close = nbd_store_close,
   .submit = up_submit,
   .loop_gone = up_loop_gone,
+  .stop = nbd_store_stop,
 };
 
 /* Reads what the export offers from the first connection and checks it

@@ -63,7 +63,8 @@
  * released, until close, and counts towards MAX_LOOPS.  Its final flush
  * waits at most upstream-timeout= (STOP_WAIT with 0, which would wait
  * forever: a stop must end) and says in one line if it did not
- * complete. */
+ * complete.  The flush at exit, once the loops are gone, runs on the
+ * pool with the same bound and the same kind of line (store_nbd.c). */
 #include <errno.h>
 #include <linux/time_types.h>
 #include <liburing.h>
@@ -76,10 +77,6 @@
 
 #include "sect4k/sect4k.h"
 #include "store_nbd_priv.h"
-
-/* A loop that stops waits at most this long of silence for its final
- * flush when upstream-timeout=0 (the default timeout). */
-#define STOP_WAIT 30000000000u
 
 /* One direction's poll of a loop's connection. */
 struct apoll {
@@ -869,7 +866,7 @@ own_flush (struct aloop *al)
     return -EIO;
   struct flush_cover c = mark_cover (u, &al->mark);
   int64_t cookie = nbd_aio_flush (al->h, NBD_NULL_COMPLETION, 0);
-  int r = cookie == -1 ? -EIO : up_wait (al->h, cookie, u->timeout);
+  int r = cookie == -1 ? -EIO : up_wait (al->h, cookie, up_limit (u));
   if (r == 0)
     mark_flushed (u, &al->mark, c);
   else {
@@ -1019,7 +1016,7 @@ up_loop_gone (struct s4k_store *s, struct s4k_loop *loop)
   if (al->h && !al->connecting) {
     /* upstream-timeout=0 lets requests wait forever, but a stop must
      * end: a silent upstream gets STOP_WAIT. */
-    const uint64_t t = u->timeout ? u->timeout : STOP_WAIT;
+    const uint64_t t = up_stop_limit (u);
     int w = up_wait (al->h, 0, t);
     if (w == 0 && u->can_flush && mark_dirty (u, &al->mark) &&
         !up_down (u)) {

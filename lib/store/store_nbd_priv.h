@@ -20,6 +20,11 @@
 #define MAX_CONNECTIONS 64
 #define MAX_LOOPS 64                 /* sect4k-server's --threads at most */
 #define ZERO_CHUNK (1u << 30)        /* largest zero sent at once */
+/* A stop waits at most this long of silence when upstream-timeout=0
+ * (no timeout): a stopping loop's final flush, and every request once
+ * the front end stops (the flush at exit, a write cache written back at
+ * close). */
+#define STOP_WAIT 30000000000u
 
 /* Which of a connection's writes a flush covered.  Every write or zero
  * the upstream completes takes the next stamp of the store's clock:
@@ -81,6 +86,10 @@ struct nbd_store {
   bool prober_running, closing;
   pthread_t prober;
   int wake;                      /* eventfd: ends the prober's connect */
+  /* The front end stops (the store's stop op): what comes now is the
+   * final flush, bounded (up_limit); stop_silent: a wait then ended for
+   * silence. */
+  _Atomic bool stopping, stop_silent;
 };
 
 /* ---- marks ------------------------------------------------------------- */
@@ -172,13 +181,29 @@ int up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie);
  * caller takes it as down), or -EIO if it failed or h died.  For a
  * caller that owns h and may block. */
 int up_wait (struct nbd_handle *h, int64_t cookie, uint64_t timeout);
-/* The upstream said nothing for u->timeout: one line on stderr, and it
- * is taken as down (up_set_down).  The caller closes its connection. */
+/* The upstream said nothing for up_limit: one line on stderr (none once
+ * the front end stops: the final flush says what it lost), and it is
+ * taken as down (up_set_down).  The caller closes its connection. */
 void up_timed_out (struct nbd_store *u);
 /* The upstream is taken as down (struct nbd_store's down; the prober
  * starts, the pool's idle connections are closed, every connection's
  * unflushed writes count as lost), without a line. */
 void up_set_down (struct nbd_store *u);
+/* How long a wait at a stop lasts at most: upstream-timeout=, or
+ * STOP_WAIT for 0 (a stop must end). */
+static inline uint64_t
+up_stop_limit (struct nbd_store *u)
+{
+  return u->timeout ? u->timeout : STOP_WAIT;
+}
+/* How long a request waits for the upstream to say something: 0, no
+ * limit (upstream-timeout=0), until the front end stops. */
+static inline uint64_t
+up_limit (struct nbd_store *u)
+{
+  return atomic_load_explicit (&u->stopping, memory_order_relaxed)
+         ? up_stop_limit (u) : u->timeout;
+}
 static inline bool
 up_down (struct nbd_store *u)
 {

@@ -3,7 +3,9 @@
 # Event loops that stop before the upstream store closes: a loop lets go
 # (s4k_dev_loop_gone), its connection flushed and closed, and another
 # loop's flush no longer asks it (tests/upstream/store-loops.c, against
-# an upstream without multi-conn, whose log counts the flushes).  Then
+# an upstream without multi-conn, whose log counts the flushes; at its
+# end it stops, then kills, the upstream, for the synchronous flush on a
+# loop's own thread whose connection fails).  Then
 # sect4k-server with two loops and upstream=: clients write on both,
 # none flushes, the server stops (its loops stop one by one): every
 # write reached the upstream and was flushed before the server exited.
@@ -35,11 +37,16 @@ tap_run_c () {
     esac
   done
 }
-"$client" "$up_uri" "$log" > "$tmpdir/client.out" 2>&1
+"$client" "$up_uri" "$log" "$up_pid" > "$tmpdir/client.out" 2>&1
 st=$?
+kill -CONT "$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null
 tap_run_c < "$tmpdir/client.out"
 [ "$st" = 0 ]
 ok $? "the store's loops test exits 0 (status $st)"
+# The client killed it.
+start_nbdkit up --filter=log --filter=multi-conn memory 64M \
+  multi-conn-mode=disable logfile="$log" || exit 1
+up_pid=$pid up_uri=$uri
 
 # The server: 8 clients write, none flushes, on its two loops; it stops.
 : > "$log"

@@ -29,21 +29,37 @@
  *      one of them stopping with the ask not run;
  *   8. a synchronous write (the pool), then a loop's flush.
  *
- * usage: upstream-store-loops URI LOGFILE   (an upstream without
- * multi-conn) */
+ * With the upstream's PID, the synchronous flush on a loop's own thread
+ * (own_flush in store_nbd_aio.c) when the loop's connection fails, its
+ * write unflushed (upstream-timeout=2): it ends, and the write counts as
+ * a loss (the engine reports it per client connection), when
+ *   9. the upstream is silent (SIGSTOP): in the timeout; continued, the
+ *      loop writes again;
+ *  10. the upstream is dead (SIGKILL, the last case): at once.
+ * And upstream-timeout=0 (no timeout) is bounded at a stop (the front
+ * end's flush at exit): 30 s, the limit a stopping loop's final flush
+ * has too, read from a second store's state (the tests of a bounded
+ * stop run with upstream-timeout=2, in timeout.t, rather than wait 30 s).
+ *
+ * usage: upstream-store-loops URI LOGFILE [UPSTREAM-PID]   (an upstream
+ * without multi-conn) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sect4k/sect4k.h"
 #include "store/store.h"
 #include "store/store_nbd.h"
+#include "store/store_nbd_priv.h"
 #include "aio.h"
 #include "tap.h"
 
@@ -379,19 +395,137 @@ both_paths (void)
   free (A);
 }
 
+/* A write through lp, tried again until the upstream takes it (15 s at
+ * most): 0 or the last error. */
+static int
+write_until (struct tloop *lp, uint64_t off)
+{
+  struct tloop *lps[] = { lp };
+  uint64_t until = s4k_now_ns () + 15000000000u;
+  int r;
+  do {
+    struct waiter w = { 0 };
+    struct s4k_aio *a = s4k_aio_new (dev, &lp->base, waiter_done, &w);
+    memset (buf, 0x77, sizeof buf);
+    r = finish (lps, 1, s4k_aio_write (a, buf, sizeof buf, off, 0), &w);
+    s4k_aio_free (a);
+    if (r)
+      usleep (100000);
+  } while (r && s4k_now_ns () < until);
+  return r;
+}
+
+/* s4k_flush on the loop's own thread, timed (s). */
+static int
+timed_flush (double *took)
+{
+  uint64_t t0 = s4k_now_ns ();
+  int r = s4k_flush (dev);
+  *took = (s4k_now_ns () - t0) / 1e9;
+  return r;
+}
+
+/* True once process pid has exited (a zombie, or gone). */
+static bool
+exited (pid_t pid)
+{
+  char path[64], stat[256];
+  snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
+  FILE *f = fopen (path, "r");
+  if (!f)
+    return true;
+  bool z = fgets (stat, sizeof stat, f) && strstr (stat, ") Z ");
+  fclose (f);
+  return z;
+}
+
+/* Cases 9 and 10. */
+static void
+own_thread_errors (pid_t up)
+{
+  struct tloop *A = calloc (1, sizeof *A);
+  loop_init (A);
+  struct tloop *only_a[] = { A };
+  const uint64_t base = 16u << 20;
+  double took;
+
+  /* 9. */
+  write_on (A, only_a, 1, base);
+  uint64_t losses = atomic_load (&store->losses);
+  if (kill (up, SIGSTOP) == -1)
+    bail ("kill -STOP %d: %s", (int) up, strerror (errno));
+  int r = timed_flush (&took);
+  ok (r == 0 && took >= 1.9 && took < 5, "the upstream silent: the "
+      "synchronous flush on the loop's own thread ends in %.1fs "
+      "(upstream-timeout=2): %s", took, r ? strerror (-r) : "0");
+  uint64_t now = atomic_load (&store->losses);
+  ok (now > losses, "... and the loop's unflushed write counts as a loss "
+      "(the store's count %" PRIu64 ", before %" PRIu64 ")", now, losses);
+  kill (up, SIGCONT);
+  r = write_until (A, base);
+  ok (r == 0, "continued: the loop writes again: %s",
+      r ? strerror (-r) : "0");
+
+  /* 10. */
+  write_on (A, only_a, 1, base + 65536);
+  losses = atomic_load (&store->losses);
+  kill (up, SIGKILL);
+  uint64_t until = s4k_now_ns () + 10000000000u;
+  while (!exited (up))
+    if (s4k_now_ns () > until)
+      bail ("the upstream (pid %d) did not die in 10 s", (int) up);
+    else
+      usleep (10000);
+  r = timed_flush (&took);
+  ok (r == 0 && took < 1, "the upstream dead: the synchronous flush on "
+      "the loop's own thread ends in %.2fs: %s", took,
+      r ? strerror (-r) : "0");
+  now = atomic_load (&store->losses);
+  ok (now > losses, "... and the loop's unflushed write counts as a loss "
+      "(the store's count %" PRIu64 ", before %" PRIu64 ")", now, losses);
+  stop_loop (A);
+  free (A);
+}
+
+/* upstream-timeout=0: no limit, until the store's stop. */
+static void
+stop_limit (const char *uri)
+{
+  struct s4k_config c;
+  char err[512];
+  s4k_config_init (&c);
+  struct s4k_store *s;
+  if (s4k_config_set (&c, "upstream", uri, err, sizeof err) == -1 ||
+      s4k_config_set (&c, "upstream-timeout", "0", err, sizeof err) == -1 ||
+      s4k_config_set (&c, "model", "512e", err, sizeof err) == -1 ||
+      s4k_config_finish (&c, err, sizeof err) == -1 ||
+      !(s = s4k_nbd_store_new (&c, &c.geom.size, err, sizeof err)))
+    bail ("%s", err);
+  struct nbd_store *u = (struct nbd_store *) s;
+  is_u64 (up_limit (u), 0, "upstream-timeout=0: a request waits without "
+          "limit");
+  s->ops->stop (s);
+  is_u64 (up_limit (u), 30000000000u, "... once the front end stops, 30 s");
+  is_u64 (up_stop_limit (u), 30000000000u, "... and a stopping loop's "
+          "final flush, 30 s");
+  s->ops->close (s);
+}
+
 int
 main (int argc, char **argv)
 {
-  if (argc != 3) {
-    fprintf (stderr, "usage: %s URI LOGFILE\n", argv[0]);
+  if (argc != 3 && argc != 4) {
+    fprintf (stderr, "usage: %s URI LOGFILE [UPSTREAM-PID]\n", argv[0]);
     return 2;
   }
   logfile = argv[2];
+  alarm (120);                  /* a flush that never ends fails the test */
   struct s4k_config c;
   char err[512];
   s4k_config_init (&c);
   if (s4k_config_set (&c, "upstream", argv[1], err, sizeof err) == -1 ||
       s4k_config_set (&c, "model", "512e", err, sizeof err) == -1 ||
+      s4k_config_set (&c, "upstream-timeout", "2", err, sizeof err) == -1 ||
       s4k_config_finish (&c, err, sizeof err) == -1 ||
       !(store = s4k_nbd_store_new (&c, &c.geom.size, err, sizeof err)) ||
       s4k_dev_new (&dev, &c, store, err, sizeof err) < 0)
@@ -403,6 +537,9 @@ main (int argc, char **argv)
   one_case (2, "B stopped with A's ask not run");
   one_case (3, "B stopped with the flush asked in flight");
   both_paths ();
+  stop_limit (argv[1]);
+  if (argc == 4)
+    own_thread_errors ((pid_t) atoi (argv[3]));
 
   s4k_dev_close (dev);
   printf ("1..%u\n", tap_n);
