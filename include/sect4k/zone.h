@@ -176,7 +176,9 @@ bool s4k_zones_rewind (struct s4k_zones *z, uint64_t lba, uint64_t nlba);
 /* A read: 0, or -S4K_ZERR_* (out of range, offline, or host-managed
  * across a conventional/sequential boundary).  Reads are otherwise
  * unrestricted (URSWRZ = 1, which Linux requires of host-managed
- * drives): below or above the write pointer, across sequential zones. */
+ * drives): below or above the write pointer, across sequential zones.
+ * Takes no lock: a read racing a zone going offline or coming back
+ * sees one side or the other. */
 int s4k_zones_read (struct s4k_zones *z, uint64_t lba, uint64_t nlba);
 
 /* ZBC OUT service actions (ZBC-2 5.x: CLOSE ZONE 01h, FINISH ZONE 02h,

@@ -148,13 +148,18 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     }
   }
   /* Every request of a zoned device passes the zone checks: no fast
-   * path skips them. */
+   * path skips them (s4k_read_iov's included; s4k_read and s4k_write
+   * make them first, below). */
   d->fast_max = d->counting || d->zones ? 0 : d->max_request;
   /* A log entry, or a layer that must know which writes are atomic,
    * needs the plan.  A zoned device's writes of whole sectors take the
    * fast path too, after the zone check (s4k_write). */
   d->fast_write_max = d->counting || d->wlog || d->write_atomic ? 0
                       : d->max_request;
+  /* Its reads too, after the zone check: where a conventional device's
+   * take the fast path (a store whose reads need no lock). */
+  d->fast_zoned_read_max = d->zones && d->lockfree_reads && !d->counting
+                           ? d->max_request : 0;
   stats_init (&d->stats, &d->g);
   stats_saver_init (&d->saver, d, c);
   *out = d;

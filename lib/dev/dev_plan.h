@@ -16,6 +16,7 @@
 
 #include "dev_priv.h"
 #include "fault/fault.h"
+#include "zone/zone_fast.h"
 
 /* 0, or the errno a request outside the device or refused by strict mode
  * gets: past the end, ENOSPC for writes and zeroes, EINVAL for the rest
@@ -361,8 +362,12 @@ zone_admit (struct s4k_dev *d, struct request *q, enum s4k_op op,
   uint64_t lba = off >> d->lbits;
   const uint64_t n = len >> d->lbits;
   int r = 0;
-  if (op == S4K_OP_READ)
-    r = s4k_zones_read (d->zones, lba, n);
+  if (op == S4K_OP_READ) {
+    /* The common read (one zone, not offline) without a call: the
+     * asynchronous driver's reads all come this way. */
+    if (!s4k_zones_read_fast (d->zones, off, len))
+      r = s4k_zones_read (d->zones, lba, n);
+  }
   else if (op == S4K_OP_WRITE && (flags & S4K_ZONE_APPEND)) {
     /* Planned at the zone's start; the zones give the write pointer,
      * and the plan is made again there. */

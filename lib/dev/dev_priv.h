@@ -44,6 +44,9 @@ struct s4k_dev {
   uint64_t fast_write_max;      /* the same for writes: 0 also when
                                    logging them; on a zoned device, after
                                    the zone check (s4k_write) */
+  uint64_t fast_zoned_read_max; /* a zoned device's fast_max for reads,
+                                   after the zone check (planned_read);
+                                   0 if not zoned */
   unsigned pbits;               /* log2 physical */
   uint32_t max_request;
   bool strict;

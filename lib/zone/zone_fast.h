@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The zone check without the lock, inline where the device's fast write
- * path calls it (lib/dev/dev_sync.c) as well as in s4k_zones_write: a
+/* The zone checks without the lock, inline where the device's fast
+ * paths call them (lib/dev/dev_sync.c) as well as in s4k_zones_write: a
  * call would cost a zoned write a tenth of what the check saves.  The
- * arming protocol it relies on is in lib/zone/zone.c ("writes without
- * the lock"). */
+ * arming protocol the write's relies on is in lib/zone/zone.c ("writes
+ * without the lock"); the read's, on s4k_zones_read there. */
 #ifndef S4K_ZONE_FAST_H
 #define S4K_ZONE_FAST_H
 
@@ -27,6 +27,18 @@ s4k_zones_write_fast (struct s4k_zones *z, uint64_t off, uint64_t len)
                                                   off + len + 1,
                                                   memory_order_acq_rel,
                                                   memory_order_relaxed);
+}
+
+/* The read [off, off + len) (len > 0, inside the device; bytes): true if
+ * it passes the zone checks, as the common read does (one zone, not
+ * offline: no boundary to cross); false to call s4k_zones_read, which
+ * says why, or tests each zone of a read across several. */
+static inline bool
+s4k_zones_read_fast (const struct s4k_zones *z, uint64_t off, uint64_t len)
+{
+  const uint64_t i = off >> z->byte_shift;
+  return i == (off + len - 1) >> z->byte_shift &&
+         !atomic_load_explicit (&z->z[i].offline, memory_order_acquire);
 }
 
 #endif

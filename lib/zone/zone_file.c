@@ -240,13 +240,14 @@ s4k_zones_file_attach (struct s4k_zones *z, void *map, size_t len,
     struct zone *zn = &z->z[i];
     const uint64_t r = rec[i];
     zn->wp = zn->start + (r & ((1ull << WP_BITS) - 1));
-    zn->cond = (r >> WP_BITS) & 0xf;
+    zone_set_cond (zn, (r >> WP_BITS) & 0xf);
     zn->non_seq = (r >> (WP_BITS + 4)) & 1;
     /* A power cycle closes the open zones (tcmu-runner's file_zbc does
      * the same at start; NVMe ZNS too), so no zone holds an open
      * resource the host did not ask for in this session. */
     if (zn->cond == S4K_ZC_IMP_OPEN || zn->cond == S4K_ZC_EXP_OPEN)
-      zn->cond = zn->wp == zn->start ? S4K_ZC_EMPTY : S4K_ZC_CLOSED;
+      zone_set_cond (zn, zn->wp == zn->start ? S4K_ZC_EMPTY
+                                             : S4K_ZC_CLOSED);
     if (zn->cond == S4K_ZC_CLOSED)
       z->closed++;
   }

@@ -5,6 +5,7 @@
 #define S4K_ZONE_PRIV_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -21,6 +22,11 @@ struct zone {
    * come: no conversion on the way. */
   _Atomic uint64_t fwp;
   uint64_t fend;                /* the zone's end, in bytes */
+  /* cond == OFFLINE, for the read check without the lock
+   * (s4k_zones_read_fast, s4k_zones_read): set with cond
+   * (zone_set_cond), read anywhere.  A zone's type never changes, so
+   * the rest of the read check needs no lock. */
+  _Atomic bool offline;
 };
 
 /* Zones changed under the lock since it was taken, whose records
@@ -47,6 +53,16 @@ struct s4k_zones {
    * what its record holds in place of wp; NULL without. */
   uint64_t *dur;
 };
+
+/* Under the lock (or before the table is shared): zn's condition, and
+ * the flag that reads test without the lock. */
+static inline void
+zone_set_cond (struct zone *zn, uint8_t cond)
+{
+  zn->cond = cond;
+  atomic_store_explicit (&zn->offline, cond == S4K_ZC_OFFLINE,
+                         memory_order_release);
+}
 
 /* zn changed: its record is written before the lock is released. */
 static inline void

@@ -479,6 +479,59 @@ test_store_fails (void)
   free (buf);
 }
 
+/* Reads of an offline zone fail through the device, whichever way they
+ * go: whole sectors in one zone (s4k_read's zoned fast path, without the
+ * zone lock), a cut sector or across zones (the plan), with statistics
+ * (every read planned), a conventional zone, and a zone that file= gave
+ * back offline at start.  Repaired, they pass. */
+static void
+test_offline_reads (void)
+{
+  char img[] = "/tmp/zonedev-XXXXXX";
+  int fd = mkstemp (img);
+  if (fd == -1)
+    bail ("mkstemp");
+  close (fd);
+  char keys[256], zpath[300], err[256];
+  snprintf (zpath, sizeof zpath, "%s.sect4k-zones", img);
+  static char rd[8192];
+  const int off = S4K_ZERR_OFFLINE;
+  for (int pass = 0; pass < 3; pass++) {
+    snprintf (keys, sizeof keys, "size=16M model=512e zoned=host-managed "
+              "zone-size=4M zone-conventional=1%s%s%s",
+              pass == 1 ? " stats=true" : "", pass == 2 ? " file=" : "",
+              pass == 2 ? img : "");
+    const char *how = pass == 0 ? "memory" : pass == 1 ? "stats=true"
+                    : "file=, reopened";
+    struct s4k_dev *d = open_dev (keys);
+    if (s4k_dev_zone_fault (d, Z (2), S4K_ZC_OFFLINE, err, sizeof err) ||
+        s4k_dev_zone_fault (d, 0, S4K_ZC_OFFLINE, err, sizeof err))
+      bail ("%s: %s", how, err);
+    if (pass == 2) {            /* the conditions come back from the file */
+      s4k_dev_close (d);
+      d = open_dev (keys);
+    }
+    ok (s4k_zone_err_of (s4k_read (d, rd, 4096, B (Z (2)))) == off &&
+        s4k_zone_err_of (s4k_read (d, rd, 4096, B (Z (3) - 8))) == off &&
+        s4k_zone_err_of (s4k_read (d, rd, 512, B (Z (2) + 1))) == off &&
+        s4k_zone_err_of (s4k_read (d, rd, 8192, B (Z (2) - 8))) == off &&
+        s4k_zone_err_of (s4k_read (d, rd, 4096, B (8))) == off,
+        "%s: reads of an offline zone fail: whole sectors, the last ones, "
+        "a cut sector, across zones, the conventional zone", how);
+    ok (s4k_read (d, rd, 4096, B (Z (1))) == 0 &&
+        s4k_read (d, rd, 4096, B (Z (3))) == 0,
+        "%s: the zones around it read", how);
+    ok (s4k_dev_zone_fault (d, Z (2), S4K_ZC_EMPTY, err, sizeof err) == 0 &&
+        s4k_read (d, rd, 4096, B (Z (2))) == 0 &&
+        s4k_read (d, rd, 8192, B (Z (2) - 8)) == 0 &&
+        s4k_read (d, rd, 512, B (Z (2) + 1)) == 0,
+        "%s: repaired, it reads", how);
+    s4k_dev_close (d);
+  }
+  unlink (img);
+  unlink (zpath);
+}
+
 int
 main (void)
 {
@@ -486,6 +539,7 @@ main (void)
   test_writes ();
   test_rewind ();
   test_store_fails ();
+  test_offline_reads ();
   test_race ();
   test_append ();
   return done_testing ();
