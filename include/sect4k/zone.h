@@ -217,14 +217,17 @@ int s4k_zones_set_cond (struct s4k_zones *z, uint64_t zone_lba,
                         enum s4k_zone_cond cond);
 
 /* Power cuts (the fault layer).  s4k_zones_cut_wp: the sequential zone
- * starting at zone_lba keeps its data below wp only (wp at most its write
- * pointer): the pointer moves back to wp, the condition becomes EMPTY
- * (wp at the start), FULL (at the end) or CLOSED.  0, -S4K_ZERR_* (not a
- * zone start, a conventional zone) or -EINVAL (read only, offline, wp out
- * of [start, write pointer]).  s4k_zones_power_loss: every open zone
+ * starting at zone_lba keeps its data below wp only: the pointer moves
+ * back to wp, the condition becomes EMPTY (wp at the start), FULL (at the
+ * end) or CLOSED.  A pointer already at or below wp stays (a reset the
+ * model took while the cut was being decided, its zeroes not yet
+ * written): *now is the pointer after, which the caller's data must
+ * follow.  0, -S4K_ZERR_* (not a zone start, a conventional zone) or
+ * -EINVAL (read only, offline, wp below the start).  s4k_zones_power_loss: every open zone
  * closes (CLOSED, or EMPTY if nothing was written), as open zone
  * resources do not survive a power loss. */
-int s4k_zones_cut_wp (struct s4k_zones *z, uint64_t zone_lba, uint64_t wp);
+int s4k_zones_cut_wp (struct s4k_zones *z, uint64_t zone_lba, uint64_t wp,
+                      uint64_t *now);
 void s4k_zones_power_loss (struct s4k_zones *z);
 /* Every zone's write pointer (a FULL zone's end; a conventional zone's
  * start) into out[0..nr_zones), at one moment. */

@@ -252,6 +252,24 @@ cond_name (uint8_t c)
   }
 }
 
+/* The pointer of the zone starting at LBA start back to wp; *hw the
+ * pointer after.  Where the model's pointer is lower already (a reset it
+ * took while the cut was decided: the reset's zeroes, from before the
+ * cut, will be refused), the cut writes them: from that pointer to wp
+ * the zone reads zeroes, as above its pointer. */
+static int
+cut_pointer (struct s4k_fault *f, uint64_t start, uint64_t wp, uint64_t *hw)
+{
+  uint64_t now = wp;
+  if (s4k_zones_cut_wp (f->zones, start, wp, &now) != 0)
+    return -EIO;
+  *hw = now;
+  const uint64_t L = f->g.logical;
+  return now < wp ? f->inner->ops->zero (f->inner, (wp - now) * L, now * L,
+                                         true, false)
+                  : 0;
+}
+
 /* One zone's prefix: the dirty sectors keys[0..n) (sorted), the zone as
  * it was (d).  *torn_out: the sector torn, or UINT64_MAX. */
 static int
@@ -340,9 +358,9 @@ cut_zone (struct s4k_fault *f, enum s4k_torn torn, struct cut_out *o,
     if (r == 0 && from < we)
       r = f->inner->ops->zero (f->inner, we - from, from, true, false);
   }
-  if (r == 0 && s4k_zones_cut_wp (f->zones, d->start, c / L) != 0)
-    r = -EIO;
   f->hw[keys[0].zone] = c / L;
+  if (r == 0)
+    r = cut_pointer (f, d->start, c / L, &f->hw[keys[0].zone]);
   return r;
 }
 
@@ -447,8 +465,7 @@ fault_zone_cut (struct s4k_fault *f, enum s4k_torn torn, struct cut_out *o,
       snap = grown;
       snap[ns++] = (struct zsnap) { z, d, UINT64_MAX };
     }
-    if (s4k_zones_cut_wp (f->zones, d.start, f->hw[z]) != 0)
-      r = -EIO;
+    r = cut_pointer (f, d.start, f->hw[z], &f->hw[z]);
   }
   free (wps);
   s4k_zones_power_loss (f->zones);

@@ -846,7 +846,8 @@ s4k_zones_set_cond (struct s4k_zones *z, uint64_t zone_lba,
  * zone resources are volatile: ZBC-2 keeps only CLOSED and FULL across a
  * power loss). */
 int
-s4k_zones_cut_wp (struct s4k_zones *z, uint64_t zone_lba, uint64_t wp)
+s4k_zones_cut_wp (struct s4k_zones *z, uint64_t zone_lba, uint64_t wp,
+                  uint64_t *now)
 {
   if (zone_lba >= z->info.capacity)
     return -S4K_ZERR_LBA_OUT_OF_RANGE;
@@ -859,10 +860,12 @@ s4k_zones_cut_wp (struct s4k_zones *z, uint64_t zone_lba, uint64_t wp)
     r = -S4K_ZERR_NOT_ZONE_START;
   else if (zn->type == S4K_ZT_CONVENTIONAL)
     r = -S4K_ZERR_NOT_WRITE_POINTER_ZONE;
-  else if (bad_cond (zn) || wp < zn->start || wp > cur)
+  else if (bad_cond (zn) || wp < zn->start)
     r = -EINVAL;
+  else if (wp >= cur)
+    *now = cur;
   else {
-    zn->wp = wp;
+    zn->wp = *now = wp;
     enter (z, zn, wp == zn->start ? S4K_ZC_EMPTY
                   : wp == zn->start + zn->len ? S4K_ZC_FULL : S4K_ZC_CLOSED);
   }
