@@ -5,7 +5,9 @@
 #define S4K_DEVRIG_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sect4k/sect4k.h"
 
@@ -57,6 +59,18 @@ open_dev (const char *keys)
       s4k_dev_open (&d, &c, err, sizeof err))
     bail ("%s: %s", keys, err);
   return d;
+}
+
+/* A scratch data file for file= (img: "/tmp/NAME-XXXXXX", made by
+ * mkstemp) and the name of the zone state file beside it. */
+TAP_UNUSED static void
+scratch_file (char *img, char *zpath, size_t zlen)
+{
+  int fd = mkstemp (img);
+  if (fd == -1)
+    bail ("mkstemp %s", img);
+  close (fd);
+  snprintf (zpath, zlen, "%s.sect4k-zones", img);
 }
 
 /* The zone of a zoned device holding lba, as REPORT ZONES gives it, or

@@ -123,6 +123,32 @@ planned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
   return sync_request (d, S4K_OP_WRITE, (void *) buf, len, off, flags);
 }
 
+/* A zoned device's write on the fast path failed in the store: the
+ * pointer goes back before the sectors are unlocked (as zone_undo).  Out of line,
+ * from the request itself, so that the fast path keeps no more than it
+ * needs across the store's call. */
+static __attribute__ ((noinline, cold)) void
+zoned_fast_failed (struct s4k_dev *d, const struct s4k_io *io)
+{
+  s4k_zones_rewind (d->zones, io->off >> d->lbits, io->len >> d->lbits);
+}
+
+/* The fast path's write of whole sectors [first, last], under their
+ * locks (zoned: of a zoned device, whose pointer has moved). */
+S4K_INLINE int
+locked_write (struct s4k_dev *d, const struct s4k_io *io, uint64_t first,
+              uint64_t last, unsigned flags, bool zoned)
+{
+  s4k_lock (d->locks, first, last, false);
+  int r = d->store->ops->write (d->store, io, 1, flags & S4K_FUA);
+  /* The pointer goes back before the sectors are unlocked (as
+   * zone_undo). */
+  if (zoned && __builtin_expect (r < 0, 0))
+    zoned_fast_failed (d, io);
+  s4k_unlock (d->locks, first, last, false);
+  return r;
+}
+
 /* A zoned device's write of whole sectors [first, last] that the zone
  * check without the lock did not take (s4k_write): what the plan does
  * for it, minus the planning (begin, run, finish of a write that cuts no
@@ -132,7 +158,7 @@ planned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
  * lock, its record on file with file=, and with FUA synced), the store
  * writes (the fault layer, if any, is the store: it sees the write as
  * from the plan), and a failed write moves the pointer back before the
- * sectors are unlocked (zone_undo in finish). */
+ * sectors are unlocked (locked_write, as zone_undo in finish). */
 static __attribute__ ((noinline)) int
 zoned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
              unsigned flags, uint64_t first, uint64_t last)
@@ -147,23 +173,8 @@ zoned_write (struct s4k_dev *d, const void *buf, uint64_t len, uint64_t off,
     s4k_zones_rewind (d->zones, lba, n);
     return r;
   }
-  struct s4k_io io = { (void *) buf, len, off };
-  s4k_lock (d->locks, first, last, false);
-  r = d->store->ops->write (d->store, &io, 1, flags & S4K_FUA);
-  if (__builtin_expect (r < 0, 0))
-    s4k_zones_rewind (d->zones, lba, n);
-  s4k_unlock (d->locks, first, last, false);
-  return r;
-}
-
-/* A write of the zoned fast path failed in the store: the pointer goes
- * back before the sectors are unlocked (as zone_undo).  Out of line,
- * from the request itself, so that the fast path keeps no more than it
- * needs across the store's call. */
-static __attribute__ ((noinline, cold)) void
-zoned_fast_failed (struct s4k_dev *d, const struct s4k_io *io)
-{
-  s4k_zones_rewind (d->zones, io->off >> d->lbits, io->len >> d->lbits);
+  const struct s4k_io io = { (void *) buf, len, off };
+  return locked_write (d, &io, first, last, flags, true);
 }
 
 int
@@ -228,22 +239,6 @@ s4k_read_piece (struct s4k_dev *d, void *buf, uint64_t len, uint64_t off)
   if (!d->lockfree_reads || d->zones)
     return -ENOTSUP;
   return d->store->ops->read (d->store, &io, 1);
-}
-
-/* The fast path's write of whole sectors [first, last], under their
- * locks (zoned: of a zoned device, whose pointer has moved). */
-S4K_INLINE int
-locked_write (struct s4k_dev *d, const struct s4k_io *io, uint64_t first,
-              uint64_t last, unsigned flags, bool zoned)
-{
-  s4k_lock (d->locks, first, last, false);
-  int r = d->store->ops->write (d->store, io, 1, flags & S4K_FUA);
-  /* The pointer goes back before the sectors are unlocked (as
-   * zone_undo). */
-  if (zoned && __builtin_expect (r < 0, 0))
-    zoned_fast_failed (d, io);
-  s4k_unlock (d->locks, first, last, false);
-  return r;
 }
 
 int

@@ -672,12 +672,8 @@ test_fixed (void)
   /* With file= (no cache): the cut's pointer and condition are on
    * record, a restart shows them. */
   char img[] = "/tmp/zonecut-XXXXXX";
-  int fd = mkstemp (img);
-  if (fd == -1)
-    bail ("mkstemp");
-  close (fd);
   char keys[256], zpath[300];
-  snprintf (zpath, sizeof zpath, "%s.sect4k-zones", img);
+  scratch_file (img, zpath, sizeof zpath);
   snprintf (keys, sizeof keys, "size=4M model=4kn zoned=host-managed "
             "zone-size=512K file=%s zone-reformat=true power-cut-after=3 "
             "torn=none", img);

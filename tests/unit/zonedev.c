@@ -435,12 +435,8 @@ static void
 test_store_fails (void)
 {
   char img[] = "/tmp/zonedev-XXXXXX";
-  int fd = mkstemp (img);
-  if (fd == -1)
-    bail ("mkstemp");
-  close (fd);
   char keys[256], zpath[300];
-  snprintf (zpath, sizeof zpath, "%s.sect4k-zones", img);
+  scratch_file (img, zpath, sizeof zpath);
   char *buf = calloc (1, 8192);
   struct rlimit old, lim;
   if (getrlimit (RLIMIT_FSIZE, &old) == -1)
@@ -488,12 +484,8 @@ static void
 test_offline_reads (void)
 {
   char img[] = "/tmp/zonedev-XXXXXX";
-  int fd = mkstemp (img);
-  if (fd == -1)
-    bail ("mkstemp");
-  close (fd);
   char keys[256], zpath[300], err[256];
-  snprintf (zpath, sizeof zpath, "%s.sect4k-zones", img);
+  scratch_file (img, zpath, sizeof zpath);
   static char rd[8192];
   const int off = S4K_ZERR_OFFLINE;
   for (int pass = 0; pass < 3; pass++) {
