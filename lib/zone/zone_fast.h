@@ -2,8 +2,8 @@
 /* The zone checks without the lock, inline where the device's fast
  * paths call them (lib/dev/dev_sync.c) as well as in s4k_zones_write: a
  * call would cost a zoned write a tenth of what the check saves.  The
- * arming protocol the write's relies on is in lib/zone/zone.c ("writes
- * without the lock"); the read's, on s4k_zones_read there. */
+ * arming protocol the write check relies on is in lib/zone/zone.c ("writes
+ * without the lock"); the read check's, at s4k_zones_read there. */
 #ifndef S4K_ZONE_FAST_H
 #define S4K_ZONE_FAST_H
 
