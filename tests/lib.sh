@@ -101,6 +101,30 @@ start_nbdkit () {
   return 1
 }
 
+# sigstop PID: SIGSTOP, and wait until every thread of PID has stopped.
+# kill returns once the signal is queued, and one thread of the group
+# must run to stop the others: under load another thread can still
+# answer a request for some milliseconds (seen: an upstream "stopped"
+# that answered a flush 3 ms later).  Fails after 10 s.
+sigstop () {
+  local t state i
+  kill -STOP "$1" || return 1
+  for i in $(seq 1000); do
+    state=stopped
+    for t in /proc/"$1"/task/*/stat; do
+      # The state is the field after the ")" that ends the name.
+      case $(sed 's/.*) \(.\).*/\1/' "$t" 2>/dev/null) in
+        T|t|Z|X|'') ;;
+        *) state=running; break ;;
+      esac
+    done
+    [ $state = stopped ] && return 0
+    sleep 0.01
+  done
+  diag "sigstop $1: its threads did not all stop in 10 s"
+  return 1
+}
+
 # stop_nbdkit: stops the last server and fails if it did not exit cleanly
 # (a sanitizer report makes the exit status non-zero).
 stop_nbdkit () {

@@ -44,6 +44,7 @@
  * usage: upstream-store-loops URI LOGFILE [UPSTREAM-PID]   (an upstream
  * without multi-conn) */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
@@ -439,6 +440,42 @@ exited (pid_t pid)
   return z;
 }
 
+/* SIGSTOP, and wait until every thread of pid has stopped: kill returns
+ * once the signal is queued, and one thread must run to stop the others,
+ * so under load another can still answer a request for milliseconds. */
+static void
+sigstop (pid_t pid)
+{
+  if (kill (pid, SIGSTOP) == -1)
+    bail ("kill -STOP %d: %s", (int) pid, strerror (errno));
+  char dir[64];
+  snprintf (dir, sizeof dir, "/proc/%d/task", (int) pid);
+  for (int tries = 0; tries < 1000; tries++, usleep (10000)) {
+    DIR *d = opendir (dir);
+    if (!d)
+      bail ("%s: %s", dir, strerror (errno));
+    bool running = false;
+    struct dirent *e;
+    while (!running && (e = readdir (d))) {
+      char path[384], stat[512];
+      if (e->d_name[0] == '.')
+        continue;
+      snprintf (path, sizeof path, "%s/%s/stat", dir, e->d_name);
+      FILE *f = fopen (path, "r");
+      if (!f)
+        continue;               /* that thread has gone */
+      const char *end = fgets (stat, sizeof stat, f) ? strrchr (stat, ')')
+                                                       : NULL;
+      running = end && !strchr ("TtZX", end[2]);
+      fclose (f);
+    }
+    closedir (d);
+    if (!running)
+      return;
+  }
+  bail ("kill -STOP %d: its threads did not all stop in 10 s", (int) pid);
+}
+
 /* Cases 9 and 10. */
 static void
 own_thread_errors (pid_t up)
@@ -452,8 +489,7 @@ own_thread_errors (pid_t up)
   /* 9. */
   write_on (A, only_a, 1, base);
   uint64_t losses = atomic_load (&store->losses);
-  if (kill (up, SIGSTOP) == -1)
-    bail ("kill -STOP %d: %s", (int) up, strerror (errno));
+  sigstop (up);
   int r = timed_flush (&took);
   ok (r == 0 && took >= 1.9 && took < 5, "the upstream silent: the "
       "synchronous flush on the loop's own thread ends in %.1fs "

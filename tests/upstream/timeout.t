@@ -225,6 +225,7 @@ EOF
         wait "$up_pid" 2>/dev/null
         start_nbdkit up-$front memory 64M || break
         up_pid=$pid ;;
+      STOP) sigstop "$up_pid" ;;
       *) kill -"${f##*-}" "$up_pid" ;;
     esac
     touch "$tmpdir/did-$n"
@@ -323,7 +324,7 @@ for front in server1 server-pool plugin; do
     plugin) start_front plugin stop-$front $keys bad-sectors=100000 ;;
   esac || exit 1
   write_unflushed "$uri" || exit 1
-  kill -STOP "$up_pid"
+  sigstop "$up_pid" || exit 1
   exit_after "$pid" $front
   log=$tmpdir/stop-$front.log
   case $front in server1) line=$loop_line ;; *) line=$pool_line ;; esac
@@ -345,7 +346,7 @@ up_pid=$pid
 start_front server zero upstream="$uri" upstream-timeout=0 model=512e \
   bad-sectors=100000 || exit 1
 write_unflushed "$uri" || exit 1
-kill -STOP "$up_pid"
+sigstop "$up_pid" || exit 1
 kill "$pid"
 sleep 3
 kill -0 "$pid" 2>/dev/null
