@@ -102,8 +102,11 @@ export SECT4K_SAN := $(SAN)
 TESTS ?= $(sort $(wildcard tests/*.t tests/*/*.t))
 # --timer: each file's time in the log, to see where a CI run's minutes go.
 PROVE ?= prove --timer
+# The build in parallel (CI's minutes; the tests stay one at a time:
+# several time what they measure).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 check: deps
-	$(MAKE) all
+	$(MAKE) -j$(JOBS) all
 	$(PROVE) --exec '' $(TESTS)
 
 check-asan:
