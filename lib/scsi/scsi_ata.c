@@ -11,8 +11,18 @@
  * CACHE (EXT).  Any other ATA command ends as the drive ends it: with
  * ERR and ABRT, which the SATL reports as ABORTED COMMAND with the ATA
  * Status Return descriptor.  SMART's sector counts follow the fault
- * layer's bad sectors (params.bad_counts). */
+ * layer's bad sectors (params.bad_counts).
+ *
+ * A zoned LUN (zoned=) is a ZAC drive (ACS-4, ZAC-2): host-aware says so
+ * in IDENTIFY word 69, host-managed by its signature (ABCDh in VPD 89h's
+ * Register D2H FIS), and either has the Zoned Device Information page
+ * (09h) of the IDENTIFY DEVICE data log, stating what VPD B6h states, as
+ * libata translates the one into the other.  The ZAC commands themselves
+ * (REPORT ZONES EXT, ZAC MANAGEMENT IN/OUT) end in ABORT: the zones are
+ * driven through ZBC IN/OUT, as Linux's sd does through a SATL. */
 #include <string.h>
+
+#include "sect4k/zone.h"
 
 #include "scsi_priv.h"
 
@@ -25,9 +35,28 @@ enum { ATA_ERR = 0x01, ATA_DRDY = 0x40, ATA_DSC = 0x10, ATA_ABRT = 0x04 };
 #define ATA_DSM_BLOCKS 8u
 
 /* The logs: the IDENTIFY DEVICE data log has pages 00h (list), 01h (copy
- * of IDENTIFY DEVICE) and 02h (capacity and sector sizes). */
+ * of IDENTIFY DEVICE), 02h (capacity and sector sizes) and, zoned, 09h
+ * (Zoned Device Information; pages 03h-08h then read as zeroes, listed
+ * as absent). */
 enum { LOG_DIRECTORY = 0x00, LOG_SECTOR_CONFIG = 0x2f, LOG_IDENTIFY = 0x30,
-       IDENTIFY_PAGES = 3 };
+       IDENTIFY_PAGES = 3, PAGE_ZONED = 0x09 };
+
+static enum s4k_zoned
+ata_zoned (const struct s4k_scsi_params *p)
+{
+  struct s4k_zones_info zi = { 0 };
+  if (p->zones)
+    s4k_zones_info (p->zones, &zi);
+  return zi.model;
+}
+
+/* The pages of the IDENTIFY DEVICE data log there are to read. */
+static uint32_t
+identify_pages (const struct s4k_scsi_lun *lun)
+{
+  return ata_zoned (&lun->p) != S4K_ZONED_NONE ? PAGE_ZONED + 1
+                                               : IDENTIFY_PAGES;
+}
 
 /* SMART's attributes: id, flags, threshold.  5 is pre-failure: its value
  * falls by one per reallocated (repaired) sector from 100, and at the
@@ -97,6 +126,10 @@ s4k_scsi_ata_identify (const struct s4k_scsi_params *p, uint16_t id[256])
   /* Deterministic data after TRIM (bit 14), and it is zeroes (bit 5):
    * the store's trim reads back zeroes unless it is an NBD upstream. */
   id[69] = p->lbprz ? 0x4020 : 0;
+  /* Zoned capabilities (bits 1:0): host-aware 01b; a host-managed drive
+   * has 00b and its own signature (VPD 89h). */
+  if (ata_zoned (p) == S4K_ZONED_HOST_AWARE)
+    id[69] |= 0x0001;
   id[76] = 0x000e;              /* SATA 1.5, 3.0, 6.0 Gb/s; no NCQ */
   id[80] = 0x0ff0;              /* ATA/ATAPI-4 .. ACS-4 */
   /* Supported: SMART (0), power management (3), volatile write cache
@@ -175,6 +208,10 @@ scsi_ata_vpd89 (const struct s4k_scsi_lun *lun, uint8_t *b)
   fis[3] = 0x01;                /* diagnostics passed */
   fis[4] = 0x01;                /* ATA signature: LBA 0x000001, count 1 */
   fis[12] = 0x01;
+  if (ata_zoned (&lun->p) == S4K_ZONED_HOST_MANAGED) {
+    fis[5] = 0xcd;              /* ZAC host-managed: LBA 0xABCD01 */
+    fis[6] = 0xab;
+  }
   b[56] = 0xec;                 /* IDENTIFY DEVICE */
   uint16_t id[256];
   s4k_scsi_ata_identify (&lun->p, id);
@@ -347,7 +384,7 @@ log_page (const struct s4k_scsi_lun *lun, uint8_t log, uint32_t page,
       return false;
     b[0] = 0x01;                /* version 1 */
     b[2 * LOG_SECTOR_CONFIG] = 1;
-    b[2 * LOG_IDENTIFY] = IDENTIFY_PAGES;
+    b[2 * LOG_IDENTIFY] = (uint8_t) identify_pages (lun);
     return true;
   }
   if (log == LOG_SECTOR_CONFIG) {
@@ -372,8 +409,10 @@ log_page (const struct s4k_scsi_lun *lun, uint8_t log, uint32_t page,
     }
     return true;
   }
-  if (log != LOG_IDENTIFY || page >= IDENTIFY_PAGES)
+  if (log != LOG_IDENTIFY || page >= identify_pages (lun))
     return false;
+  if (page >= IDENTIFY_PAGES && page != PAGE_ZONED)
+    return true;                /* not listed: zeroes */
   /* Every page but 01h begins with a header: revision 0001h, the page
    * number; pages after 00h also set bit 63. */
   if (page != 1)
@@ -384,6 +423,8 @@ log_page (const struct s4k_scsi_lun *lun, uint8_t log, uint32_t page,
     b[8] = IDENTIFY_PAGES;
     for (int i = 0; i < IDENTIFY_PAGES; i++)
       b[9 + i] = (uint8_t) i;
+    if (identify_pages (lun) > PAGE_ZONED)
+      b[9 + b[8]++] = PAGE_ZONED;
     break;
   case 1: {                     /* a copy of IDENTIFY DEVICE */
     uint16_t id[256];
@@ -404,6 +445,25 @@ log_page (const struct s4k_scsi_lun *lun, uint8_t log, uint32_t page,
                      scsi_ata_lba0_offset (g));
     /* Logical sector size in words, as words 117-118. */
     put64le (b + 24, valid | g->logical / 2);
+    break;
+  }
+  case PAGE_ZONED: {
+    /* Zoned Device Information (ACS-4 9.11.9), from VPD B6h's fields:
+     * URSWRZ; the optimal open and non-sequentially written zones and
+     * the open limit valid (bit 63) where B6h reports one, not where it
+     * says FFFFFFFFh (libata reads an invalid one as that). */
+    uint8_t b6[64] = { 0 };
+    scsi_zbc_vpd (lun, 0xb6, b6);
+    const uint64_t valid = UINT64_C (1) << 63;
+    put64le (b + 8, valid | (b6[4] & 0x01));
+    put64le (b + 16, valid);    /* zoned settings: none */
+    for (int i = 0; i < 3; i++) {
+      const uint8_t *f = b6 + 8 + 4 * i;
+      const uint32_t v = (uint32_t) f[0] << 24 | f[1] << 16 | f[2] << 8 |
+                         f[3];
+      if (v != UINT32_MAX)
+        put64le (b + 24 + 8 * i, valid | v);
+    }
     break;
   }
   }
@@ -538,7 +598,7 @@ scsi_cmd_ata_passthru (struct ctx *x)
   /* What each command transfers: data-in commands need a data-in
    * protocol, the others none; a mismatch is the initiator's error. */
   enum dir need = DIR_NONE;
-  uint8_t page[512 * 4];
+  uint8_t page[512 * 16];        /* a log read of up to 16 pages */
   uint8_t *buf = page;
   size_t n = 0;
   const uint8_t lbal = (uint8_t) r.lba, lbam = (uint8_t) (r.lba >> 8),

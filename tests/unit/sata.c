@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sect4k/scsi.h"
+#include "sect4k/zone.h"
 #include "tap.h"
 #include "devrig.h"
 #include "scsirig.h"
@@ -578,6 +579,97 @@ test_scsi_default (void)
   scsi_rig_close (&t);
 }
 
+static uint64_t
+le64_at (const uint8_t *b)
+{
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = v << 8 | b[i];
+  return v;
+}
+
+static uint32_t
+be32_at (const uint8_t *b)
+{
+  return (uint32_t) b[0] << 24 | b[1] << 16 | b[2] << 8 | b[3];
+}
+
+/* A zoned LUN is a ZAC drive: host-aware in IDENTIFY word 69,
+ * host-managed by its signature in VPD 89h, and the Zoned Device
+ * Information page (log 30h, 09h) states what VPD B6h does, field by
+ * field as libata's ata_dev_config_zac reads it (a qword without bit 63
+ * is FFFFFFFFh) and ata_scsiop_inq_b6 writes B6h from it. */
+static void
+test_zoned (const char *model, const char *max_open, bool hm)
+{
+  struct scsi_rig t;
+  const char *extra[] = { "size=64M", model, "zone-size=8192",
+                          "zone-conventional=1", max_open, NULL };
+  static const char *const base[] = { "interface=sata", "model=512e",
+                                      NULL };
+  scsi_rig_config (&t, base, extra, NULL);
+  scsi_rig_dev (&t);
+  t.p.zones = s4k_dev_zones (t.d);
+  scsi_rig_lun (&t);
+  clear_ua (&t);
+  const char *name = extra[1];
+  uint8_t c[16], buf[8192], b6[64];
+
+  uint16_t id[256];
+  s4k_scsi_ata_identify (&t.p, id);
+  ok ((id[69] & 3) == (hm ? 0 : 1), "%s %s: IDENTIFY word 69 zoned "
+      "capabilities %u (want %u)", name, extra[4], id[69] & 3, hm ? 0 : 1);
+  uint8_t inq[6] = { 0x12, 0x01, 0x89, 0x02, 0x40, 0 };
+  unsigned st = scsi_rig_run (&t, inq, 6, buf, sizeof buf);
+  ok (st == S4K_SCSI_GOOD && buf[36] == 0x34 && buf[36 + 4] == 1 && buf[36 + 12] == 1 &&
+      buf[36 + 5] == (hm ? 0xcd : 0) && buf[36 + 6] == (hm ? 0xab : 0),
+      "%s: VPD 89h signature LBA mid/high %02x%02x (want %s)", name,
+      buf[36 + 6], buf[36 + 5], hm ? "abcd" : "0000");
+  uint8_t vpd[6] = { 0x12, 0x01, 0xb6, 0, 64, 0 };
+  ok (scsi_rig_run (&t, vpd, 6, b6, sizeof b6) == S4K_SCSI_GOOD &&
+      b6[1] == 0xb6, "%s: VPD B6h", name);
+
+  /* The directory: log 30h has pages 00h-09h. */
+  ata16 (c, PIO_IN, IN_BLOCKS, 0x2f, 0, 1, 0, true);
+  st = scsi_rig_run (&t, c, 16, buf, 512);
+  ok (st == S4K_SCSI_GOOD && buf[2 * 0x30] == 10, "%s: GPL directory: log 30h has %u pages "
+      "(want 10)", name, buf[2 * 0x30]);
+  ata16 (c, PIO_IN, IN_BLOCKS, 0x2f, 0, 10, 0x30, true);
+  ok (scsi_rig_run (&t, c, 16, buf, 5120) == S4K_SCSI_GOOD &&
+      last.data_in_len == 5120 && buf[8] == 4 && buf[9] == 0 &&
+      buf[10] == 1 && buf[11] == 2 && buf[12] == 9,
+      "%s: READ LOG EXT 30h pages 00h-09h: 00h lists 00h, 01h, 02h, 09h",
+      name);
+  bool zero = true;
+  for (int i = 3 * 512; i < 9 * 512; i++)
+    zero = zero && buf[i] == 0;
+  ok (zero, "%s: pages 03h-08h, not listed, read as zeroes", name);
+  const uint8_t *p9 = buf + 9 * 512;
+  const uint64_t h = le64_at (p9), cap = le64_at (p9 + 8);
+  ok ((h >> 63) && (h & 0xffffff) == (0x09u << 16 | 1) && (cap >> 63) &&
+      (cap & 1) == (b6[4] & 1) && (le64_at (p9 + 16) >> 63),
+      "%s: page 09h: header, URSWRZ %u as B6h's", name,
+      (unsigned) (cap & 1));
+  static const char *const fields[] = { "optimal open", "optimal "
+                                        "non-sequentially written",
+                                        "maximum open" };
+  for (int i = 0; i < 3; i++) {
+    const uint64_t q = le64_at (p9 + 24 + 8 * i);
+    const uint32_t as_libata = q >> 63 ? (uint32_t) q : UINT32_MAX;
+    ok (as_libata == be32_at (b6 + 8 + 4 * i), "%s: page 09h %s: %u as "
+        "B6h's %u", name, fields[i], as_libata, be32_at (b6 + 8 + 4 * i));
+  }
+  if (hm && strcmp (max_open, "zone-max-open=3") == 0)
+    ok (le64_at (p9 + 40) == (UINT64_C (1) << 63 | 3),
+        "%s: page 09h: maximum open 3, valid", name);
+  /* The ZAC commands are not taken: ABORT. */
+  ata16 (c, 6, IN_BLOCKS, 0x4a, 0, 1, 0, true);
+  ok (scsi_rig_run (&t, c, 16, buf, 512) == S4K_SCSI_CHECK_CONDITION &&
+      ata_sense_is (S4K_SENSE_ABORTED_COMMAND, 0, 0, 0x51, 0x04),
+      "%s: REPORT ZONES EXT: ABORT (zones through ZBC IN/OUT)", name);
+  scsi_rig_close (&t);
+}
+
 int
 main (void)
 {
@@ -588,6 +680,9 @@ main (void)
   test_commands ();
   test_trim ();
   test_scsi_default ();
+  test_zoned ("zoned=host-managed", "zone-max-open=3", true);
+  test_zoned ("zoned=host-managed", "zone-max-open=0", true);
+  test_zoned ("zoned=host-aware", "zone-max-open=0", false);
   printf ("1..%u\n", tap_n);
   return tap_failed != 0;
 }

@@ -5,7 +5,8 @@
 #          smartctl -d sat and sg_sat_identify read through ATA
 #          PASS-THROUGH (SG_IO) from the disk, against the geometry; SMART
 #          counting the bad sectors added through the control socket; and
-#          a disk without interface=sata refusing ATA PASS-THROUGH.
+#          a disk without interface=sata refusing ATA PASS-THROUGH;
+#          zoned disks as ZAC drives (word 69, signature, log 30h 09h).
 
 # NAME L P A KEYS
 cat > /tmp/sata-cases <<'CASES'
@@ -142,6 +143,66 @@ sata_reference () {
   for m in ahci libahci libata; do rmmod $m 2>/dev/null; done
 }
 
+# sata_hex: the bytes of an sg3-utils hex dump (-H: an offset, then up to
+# 16 bytes a line) on stdin, one line, space-separated.
+sata_hex () {
+  awk '{ for (i = 2; i <= 17 && $i ~ /^[0-9a-f][0-9a-f]$/; i++) printf "%s ", $i }'
+}
+
+# sata_zoned MODEL: a zoned SATA disk is a ZAC drive: host-aware says so
+# in IDENTIFY word 69 (smartctl -i), host-managed by its signature
+# (ABCDh, in sg_vpd's ATA Information page); the Zoned Device
+# Information page (log 30h page 09h, read by sg_sat_read_gplog) states
+# the open limit that sg_vpd decodes from VPD B6h, as libata would
+# translate it (a qword without bit 63 set: FFFFFFFFh, no limit).
+sata_zoned () {
+  local model=$1 pfx="sata zoned=$1" out sig lim b6 hex
+  local limit=zone-max-open=3
+  [ "$model" = host-aware ] && limit=   # host-managed drives only
+  # shellcheck disable=SC2086
+  if ! scsi_start "sata-$model" interface=sata model=512e zoned=$model \
+       zone-size=8192 zone-conventional=1 $limit; then
+    nok "$pfx: sect4k-server --scsi interface=sata printed a /dev/sdX"; return 1
+  fi
+  out=$(/opt/bin/smartctl -i -d sat "$scsi_dev" 2>&1)
+  diag "$(printf '%s\n' "$out" | grep -e 'Zoned' -e 'Sector Sizes' | sed "s/^/$pfx: smartctl -i: /")"
+  case $model in
+    host-aware) says "$pfx: smartctl -i -d sat: Zoned Device: Host aware" "$out" \
+                  'Zoned Device: *Host Aware Zones' 'SMART support is: *Enabled' ;;
+    *) says "$pfx: smartctl -i -d sat: no zoned capabilities in word 69 (host-managed: the signature)" \
+         "$out" 'SMART support is: *Enabled'
+       is "$pfx: smartctl -i -d sat prints no Zoned Device line" \
+         "$(printf '%s\n' "$out" | grep -c 'Zoned Device')" 0 ;;
+  esac
+  # VPD 89h's bytes 36-42, the Register D2H FIS: 34h, flags, status 50h,
+  # error 01h, then LBA low, mid and high.
+  sig=$(/opt/bin/sg_vpd -p ai -H "$scsi_dev" 2>&1 | sata_hex | cut -d' ' -f37-43)
+  case $model in
+    host-managed) is "$pfx: sg_vpd -p ai: the device signature ABCD01h (ZAC host-managed)" "$sig" '34 00 50 01 01 cd ab' ;;
+    *) is "$pfx: sg_vpd -p ai: the ATA signature 000001h" "$sig" '34 00 50 01 01 00 00' ;;
+  esac
+  # Page 09h's bytes 40-47: the maximum open zones, valid in bit 63.
+  hex=$(/opt/bin/sg_sat_read_gplog -L 0x30 -p 9 -H "$scsi_dev" 2>&1 | sata_hex)
+  lim=short
+  # shellcheck disable=SC2086
+  set -- $hex
+  if [ $# -ge 48 ]; then
+    if [ $((0x${48} & 0x80)) = 0 ]; then lim=4294967295
+    else lim=$((0x${41} | 0x${42} << 8 | 0x${43} << 16 | 0x${44} << 24)); fi
+  fi
+  # sg_vpd prints a number, or words for FFFFFFFFh.
+  b6=$(/opt/bin/sg_vpd -p zbdch "$scsi_dev" 2>&1 | grep -i 'open sequential write required')
+  diag "$pfx: sg_vpd -p zbdch: $b6"
+  b6=$(printf '%s\n' "$b6" | sed -n 's/.*zones: *\([0-9][0-9]*\).*/\1/p')
+  [ -n "$b6" ] || b6=4294967295
+  diag "$pfx: log 30h page 09h: $(printf '%s' "$hex" | cut -c1-150)"
+  is "$pfx: log 30h page 09h (sg_sat_read_gplog) states the open limit of VPD B6h (sg_vpd): $b6" "$lim" "$b6"
+  case $model in
+    host-managed) is "$pfx: ... which is zone-max-open=3" "$lim" 3 ;;
+  esac
+  scsi_stop "$pfx"
+}
+
 suite_sata () {
   local t0=$(date +%s) name L P A keys out rc
   for t in hdparm smartctl sg_sat_identify; do sata_tool $t || return; done
@@ -164,6 +225,10 @@ suite_sata () {
     nok "sata: interface=scsi disk"
   fi
   tidy "sata interface=scsi"
+  for m in host-managed host-aware; do
+    sata_zoned $m
+    tidy "sata zoned=$m"
+  done
   sata_reference
   diag "sata: the suite took $(( $(date +%s) - t0 )) s"
 }

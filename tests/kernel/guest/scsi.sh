@@ -40,17 +40,20 @@ wait_for () {
 }
 
 # scsi_start NAME KEYS...: sect4k-server KEYS --scsi with a control socket
-# (/tmp/NAME.ctl) and an NBD listener (/tmp/NAME.sock) on the same export;
-# sets scsi_pid and scsi_dev (empty if no disk came within 60 s).
+# (/tmp/NAME.ctl) and an NBD listener (/tmp/NAME.sock) on the same export
+# (none for a zoned one: NBD has no zone commands); sets scsi_pid and
+# scsi_dev (empty if no disk came within 60 s).
 scsi_start () {
-  local name=$1; shift
+  local name=$1 nbd=yes; shift
+  case " $* " in *" zoned="*) nbd= ;; esac
   rm -f "/tmp/$name.sock" "/tmp/$name.ctl" "/tmp/$name.out"
   sect4k-server size=$SCSI_SIZE "$@" control="/tmp/$name.ctl" \
-    --scsi --unix "/tmp/$name.sock" >"/tmp/$name.out" 2>"/tmp/$name.log" &
+    --scsi ${nbd:+--unix "/tmp/$name.sock"} >"/tmp/$name.out" 2>"/tmp/$name.log" &
   scsi_pid=$!
   wait_for 60 sh -c "grep -q '^/dev/sd' /tmp/$name.out || ! kill -0 $scsi_pid 2>/dev/null"
   scsi_dev=$(sed -n 's|^\(/dev/sd[a-z]*\).*|\1|p' "/tmp/$name.out" | head -n 1)
-  [ -n "$scsi_dev" ] && [ -b "$scsi_dev" ] && wait_for 10 test -S "/tmp/$name.sock" && return 0
+  [ -n "$scsi_dev" ] && [ -b "$scsi_dev" ] &&
+    { [ -z "$nbd" ] || wait_for 10 test -S "/tmp/$name.sock"; } && return 0
   diag "sect4k-server --scsi for $name gave no disk:" "$(cat "/tmp/$name.out")" "$(tail -n 5 "/tmp/$name.log")"
   scsi_dev=
   return 1
