@@ -20,11 +20,12 @@ start_run () {
   set +m
   for _ in $(seq 300); do grep -q 'Stop with Ctrl-C' "$out" && break; sleep 0.1; done
 }
-# ctrl_c: Ctrl-C to the run's group; true if it stopped within 5 s.
+# ctrl_c: Ctrl-C to the run's group; true if it stopped within 20 s (a
+# bound on a hang, not a speed: the machine may be loaded).
 ctrl_c () {
   local st
   kill -INT -- -$runpid
-  for _ in $(seq 50); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 200); do kill -0 $runpid 2>/dev/null || break; sleep 0.1; done
   ! kill -0 $runpid 2>/dev/null; st=$?
   kill -9 -- -$runpid 2>/dev/null
   return $st
@@ -47,6 +48,7 @@ addrs=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
 ok $? "it listens on loopback only ($addrs)"
 ctrl_c && grep -q 'sect4k: stopped' "$tmpdir/run.out"
 ok $? "Ctrl-C stops it"
+[ $tap_failed = 0 ] || diag "$(cat "$tmpdir/run.out")"
 
 # make run EXPORTS=...: one export per preset on the same port.
 port=$((port + 1))
