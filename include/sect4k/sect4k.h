@@ -629,6 +629,13 @@ struct s4k_stats {
   uint32_t offset_bucket;       /* bytes per offset_hist bucket */
   uint32_t offset_buckets;      /* buckets in use: P / offset_bucket */
   struct s4k_op_stats op[S4K_NOPS];
+  /* upstream=: incidents in which writes the upstream had acknowledged
+   * but no flush had covered may have been lost (a connection to it
+   * died, or it said nothing for upstream-timeout=): one per incident,
+   * however many connections noticed it.  Each client connection with
+   * such writes gets EIO on its next flush. */
+  bool upstream;
+  uint64_t upstream_losses;
 };
 
 /* Sums every thread's counters. */

@@ -779,6 +779,7 @@ nbd_store_close (struct s4k_store *s)
     pthread_mutex_destroy (&u->conns[i].lock);
   }
   pthread_mutex_destroy (&u->loops_lock);
+  pthread_mutex_destroy (&u->loss_lock);
   pthread_mutex_destroy (&u->probe_lock);
   pthread_cond_destroy (&u->probe_cond);
   if (u->wake >= 0)
@@ -906,6 +907,7 @@ s4k_nbd_store_new (const struct s4k_config *c, uint64_t *size, char *err,
   u->timeout = c->upstream_timeout;
   u->base.async = u->base.async_extents = true;
   pthread_mutex_init (&u->loops_lock, NULL);
+  pthread_mutex_init (&u->loss_lock, NULL);
   pthread_mutex_init (&u->probe_lock, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init (&ca);

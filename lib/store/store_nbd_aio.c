@@ -178,14 +178,16 @@ loop_get (struct nbd_store *u, struct s4k_loop *loop)
 }
 
 bool
-up_any_dirty (struct nbd_store *u)
+up_dirty_after (struct nbd_store *u, uint64_t after)
 {
   for (unsigned i = 0; i < u->n; i++)
-    if (mark_dirty (u, &u->conns[i].mark))
+    if (mark_dirty (u, &u->conns[i].mark) &&
+        atomic_load (&u->conns[i].mark.last) > after)
       return true;
   unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
   for (unsigned i = 0; i < n; i++)
-    if (mark_dirty (u, &u->loops[i]->mark))
+    if (mark_dirty (u, &u->loops[i]->mark) &&
+        atomic_load (&u->loops[i]->mark.last) > after)
       return true;
   return false;
 }

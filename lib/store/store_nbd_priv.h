@@ -66,6 +66,10 @@ struct nbd_store {
   _Atomic uint64_t reconnects;
   _Atomic uint64_t clock;        /* stamps of completed writes */
   _Atomic uint64_t flushed;      /* with multi-conn: stamps a flush covered */
+  /* The last loss counted covered the writes stamped up to lost_upto
+   * (mark_lost, under loss_lock). */
+  pthread_mutex_t loss_lock;
+  uint64_t lost_upto;
   char *zeroes;                  /* for upstreams without write-zeroes */
   size_t zeroes_len;
   /* The event loops' connections (store_nbd_aio.c): loops[i] for
@@ -144,18 +148,34 @@ mark_flushed (struct nbd_store *u, struct mark *m, struct flush_cover c)
     raise_to (&u->flushed, c.clock);
 }
 
-/* True if some connection, of the pool or of a loop, is dirty
- * (store_nbd_aio.c). */
-bool up_any_dirty (struct nbd_store *u);
+/* True if some connection, of the pool or of a loop, has a write
+ * stamped after `after` that no flush covered (store_nbd_aio.c). */
+bool up_dirty_after (struct nbd_store *u, uint64_t after);
+static inline bool
+up_any_dirty (struct nbd_store *u)
+{
+  return up_dirty_after (u, 0);
+}
 
 /* m's connection died: writes no flush covered may be gone, its own
- * and, if the upstream crashed, those of every other connection. */
+ * and, if the upstream crashed, those of every other connection.  One
+ * loss per incident: the connections that notice the same death one
+ * after the other (the reaped idle ones, each loop's) count it once.
+ * The clock is read before the count, so every write stamped up to it
+ * began before the count and its client connection is told (struct
+ * s4k_client); a death after counts again only if a write since is at
+ * risk. */
 static inline void
 mark_lost (struct nbd_store *u, struct mark *m)
 {
-  if (up_any_dirty (u))
+  pthread_mutex_lock (&u->loss_lock);
+  const uint64_t upto = atomic_load (&u->clock);
+  if (up_dirty_after (u, u->lost_upto)) {
+    u->lost_upto = upto;
     atomic_fetch_add (&u->base.losses, 1);
+  }
   raise_to (&m->flushed, atomic_load (&m->last));
+  pthread_mutex_unlock (&u->loss_lock);
 }
 
 /* ---- commands, for both paths ------------------------------------------ */
