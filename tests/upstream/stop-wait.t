@@ -87,10 +87,17 @@ for f in $fronts; do
   wait "${client[$f]}"
   log=$tmpdir/$f.log
   t=${took[$f]%.*}
-  [ "${st[$f]}" = 0 ] && [ "$t" -ge 29 ] && [ "$t" -lt 45 ] &&
-    [ "$(grep -c "no answer\|did not complete" "$log")" = 1 ] &&
-    grep -qF "$line" "$log" && grep -q "the read failed" "$tmpdir/$f.client"
-  ok $? "$f: upstream-timeout=0, a read in flight on a silent upstream: SIGTERM exits ${st[$f]} in ${took[$f]}s, one line"
+  # nbdkit's known exit hang under a sanitizer's preload (up.sh's
+  # exit_hung), once sect4k has said its line and the read failed.
+  if [ "${st[$f]}" = hung ] && [ -n "${SECT4K_SAN:-}" ] && [ $f = plugin ] &&
+     grep -qF "$line" "$log" && grep -q "the read failed" "$tmpdir/$f.client"; then
+    skip_one "$f: the read failed and the line was said, then nbdkit hung at exit under $SECT4K_SAN"
+  else
+    [ "${st[$f]}" = 0 ] && [ "$t" -ge 29 ] && [ "$t" -lt 45 ] &&
+      [ "$(grep -c "no answer\|did not complete" "$log")" = 1 ] &&
+      grep -qF "$line" "$log" && grep -q "the read failed" "$tmpdir/$f.client"
+    ok $? "$f: upstream-timeout=0, a read in flight on a silent upstream: SIGTERM exits ${st[$f]} in ${took[$f]}s, one line"
+  fi
   grep -e "no answer" -e "did not complete" "$log" | sed 's/^/# /'
   sed 's/^/# client: /' "$tmpdir/$f.client"
   kill -9 "${up[$f]}"; kill -CONT "${up[$f]}" 2>/dev/null
