@@ -469,8 +469,8 @@ zoned_sgu_allow () {
     "sg_rep_zones --report=8:   Maximum LBA: $1"
   [ "${2:-}" = ha ] || return 0
   # Host-aware: ZBC-2 has the drive give B6h and ZONED 01b in B1h;
-  # scsi_debug zbc=host-aware on Linux 6.12 gives neither (6.10 dropped
-  # host-aware from the block layer).  sect4k's page, exact.
+  # scsi_debug zbc=host-aware on Linux 6.12 gives neither (the block
+  # layer has no host-aware model any more).  sect4k's page, exact.
   echo '/^sg_vpd -p zbdch/d'
   echo '/^sg_vpd -p bdc:   ZONED=/d'
   printf '%s\n' '/^sg_vpd -p bdc: exit /i\' \
