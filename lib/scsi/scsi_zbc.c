@@ -71,7 +71,12 @@ scsi_cmd_report_zones (struct ctx *x)
     alloc = x->data_len;
   struct s4k_zones_info zi;
   s4k_zones_info (lun->p.zones, &zi);
-  uint64_t room = alloc > ZONE_DESC ? (alloc - ZONE_DESC) / ZONE_DESC : 0;
+  /* Every descriptor the allocation length reaches, the last maybe cut
+   * (SPC: the data up to the allocation length; with PARTIAL the list
+   * length counts it too, as scsi_debug since its fix of the alloc_len
+   * underflow rounds up). */
+  uint64_t room = alloc > ZONE_DESC ?
+                  (alloc - ZONE_DESC + ZONE_DESC - 1) / ZONE_DESC : 0;
   if (room > zi.nr_zones)
     room = zi.nr_zones;
   struct s4k_zone_desc *d = calloc (room ? room : 1, sizeof *d);
@@ -106,21 +111,73 @@ scsi_cmd_report_zones (struct ctx *x)
   return ret;
 }
 
-/* ZBC OUT: one op the caller runs (s4k_scsi_zone_op).  The zone id is
- * checked there, by the zones. */
+/* ZBC OUT: an op per zone that the caller runs (s4k_scsi_zone_op).  One
+ * zone (ZONE COUNT 0 or 1): its id is checked there, by the zones.  ZBC-2's
+ * ZONE COUNT above one (bytes 12-13, ignored with ALL) names that many
+ * zones from ZONE ID, checked here before any runs: ZONE ID a zone start,
+ * every zone within the device (LBA OUT OF RANGE) and with a write
+ * pointer, none read only or offline, and an OPEN finds room for all of
+ * them or opens none (INSUFFICIENT ZONE RESOURCES).  scsi_debug ignores
+ * the field (one zone). */
 unsigned
 scsi_cmd_zone_out (struct ctx *x)
 {
   const uint8_t *c = x->cdb;
   const bool all = c[14] & 0x01;
   const uint64_t id = all ? 0 : get64 (c + 2);
-  if (x->lun->p.readonly)
+  const unsigned count = all ? 1 : get16 (c + 12);
+  const unsigned sa = c[1] & 0x1f;
+  const struct s4k_scsi_lun *lun = x->lun;
+  if (lun->p.readonly)
     return scsi_fail (x->cmd, S4K_SENSE_DATA_PROTECT, WRITE_PROTECTED);
-  if (!all && id >= x->lun->blocks)
+  if (!all && id >= lun->blocks)
     return scsi_out_of_range (x->cmd);
-  return scsi_one_op (x->cmd, S4K_SCSI_OP_ZONE, NULL, 0,
-                      id << x->lun->lshift,
-                      (c[1] & 0x1f) | (all ? S4K_SCSI_ZONE_ALL : 0));
+  if (count <= 1)
+    return scsi_one_op (x->cmd, S4K_SCSI_OP_ZONE, NULL, 0,
+                        id << lun->lshift,
+                        sa | (all ? S4K_SCSI_ZONE_ALL : 0));
+  struct s4k_zones_info zi;
+  s4k_zones_info (lun->p.zones, &zi);
+  const uint64_t first = id / zi.zone_lbas;
+  if (id % zi.zone_lbas)
+    return scsi_zbc_fail (x->cmd, S4K_ZERR_NOT_ZONE_START);
+  if (count > zi.nr_zones - first)
+    return scsi_out_of_range (x->cmd);
+  struct s4k_zone_desc *d = calloc (count, sizeof *d);
+  if (!d)
+    return scsi_no_memory (x->cmd);
+  uint64_t listed;
+  const int n = s4k_zones_report (lun->p.zones, id, 0, true, d, count,
+                                  &listed);
+  int zerr = n < 0 ? -n : 0;
+  uint32_t to_open = 0;
+  for (int i = 0; !zerr && i < n; i++)
+    if (d[i].type == S4K_ZT_CONVENTIONAL)
+      zerr = S4K_ZERR_NOT_WRITE_POINTER_ZONE;
+    else if (d[i].cond == S4K_ZC_READ_ONLY)
+      zerr = S4K_ZERR_READ_ONLY;
+    else if (d[i].cond == S4K_ZC_OFFLINE)
+      zerr = S4K_ZERR_OFFLINE;
+    else if (d[i].cond != S4K_ZC_EXP_OPEN && d[i].cond != S4K_ZC_FULL)
+      to_open++;                /* explicitly open once it ran */
+  free (d);
+  if (!zerr && sa == S4K_ZOP_OPEN && zi.max_open) {
+    struct s4k_zones_counts k;
+    s4k_zones_counts (lun->p.zones, &k);
+    if (k.exp_open + to_open > zi.max_open)
+      zerr = S4K_ZERR_INSUFFICIENT_RESOURCES;
+  }
+  if (zerr)
+    return scsi_zbc_fail (x->cmd, zerr);
+  struct s4k_scsi_op *ops = scsi_ops_alloc (x->cmd, count);
+  if (!ops)
+    return scsi_no_memory (x->cmd);
+  for (unsigned i = 0; i < count; i++) {
+    ops[i].kind = S4K_SCSI_OP_ZONE;
+    ops[i].off = (id + i * zi.zone_lbas) << lun->lshift;
+    ops[i].flags = sa;
+  }
+  return count;
 }
 
 int

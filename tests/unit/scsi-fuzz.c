@@ -129,7 +129,8 @@ check_op (const struct s4k_scsi_op *op, uint8_t opcode, bool readonly,
     return;
   }
   if (op->kind == S4K_SCSI_OP_ZONE) {
-    /* ZBC OUT: one zone (its first byte, checked by the zones) or ALL. */
+    /* ZBC OUT: a zone an op (its first byte, checked by the zones; ZONE
+     * COUNT: one op each), or ALL. */
     CHECK (opcode == 0x94 && !readonly && op->len == 0 && op->buf == NULL);
     CHECK ((op->flags & 0xff) >= 1 && (op->flags & 0xff) <= 4 &&
            (op->flags & ~(0xffu | S4K_SCSI_ZONE_ALL)) == 0);

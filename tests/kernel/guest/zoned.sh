@@ -8,7 +8,10 @@
 # CAPACITY(16) and REPORT ZONES), then `blkzone report` line by line after
 # the same sequence of writes, opens, closes, finishes and resets, and
 # s4k-zbdconf's longer one through libzbd (guest/zbdconf.c), also on
-# host-aware drives where libzbd opens them (Linux 6.1).
+# host-aware drives where libzbd opens them (Linux 6.1), and what
+# sg3-utils print of the zone pages, commands and refusals (zoned_sgu:
+# where scsi_debug is wrong, zoned_sgu_allow says why and sect4k's line is
+# checked exactly).
 # Zoned drives are served by --scsi alone: NBD has no zone commands.
 
 ZONED_MB=64                     # the device
@@ -133,7 +136,7 @@ zoned_zbd_compare () {
 zoned_reference () {
   local pfx="zoned: scsi_debug zbc=host-managed $1 (reference)" dev
   shift
-  zoned_ref_sysfs= zoned_ref_report= zoned_ref_append= zoned_ref_sense= zoned_ref_zbd=
+  zoned_ref_sysfs= zoned_ref_report= zoned_ref_append= zoned_ref_sense= zoned_ref_zbd= zoned_ref_sgu= zoned_ref_sgu_count=
   if ! insmod /modules/scsi_debug.ko zbc=host-managed dev_size_mb=$ZONED_MB \
        zone_size_mb=$ZONE_MB zone_nr_conv=1 zone_max_open=2 "$@" 2>/tmp/insmod.err; then
     nok "$pfx: insmod scsi_debug"; diag "$(cat /tmp/insmod.err)"; return
@@ -149,6 +152,8 @@ zoned_reference () {
   esac
   zoned_ref_report=$(zoned_ops "/dev/$dev")
   zoned_ref_sense=$(zoned_sense "/dev/$dev" "$(cat /sys/block/$dev/queue/logical_block_size)")
+  zoned_ref_sgu=$(zoned_sgu "/dev/$dev" "$(cat /sys/block/$dev/queue/logical_block_size)")
+  zoned_ref_sgu_count=$(zoned_sgu_count "/dev/$dev" "$(cat /sys/block/$dev/queue/logical_block_size)")
   zoned_ref_zbd=$(zoned_zbd "/dev/$dev")
   rmmod scsi_debug
 }
@@ -172,7 +177,7 @@ zoned_append () {
 
 # zoned_case NAME KEYS SCSI_DEBUG_ARGS...: one geometry.
 zoned_case () {
-  local name=$1 keys=$2 pfx="zoned $1" out zbd_t0
+  local name=$1 keys=$2 pfx="zoned $1" out zbd_t0 L
   shift 2
   zoned_reference "$name" "$@"
   rm -f "/tmp/zoned-$name.out"
@@ -218,6 +223,10 @@ zoned_case () {
     diag "$(diff /tmp/zoned-ref.txt /tmp/zoned-s4k.txt | head -n 40)"
   fi
   diag "$(printf '%s\n' "$out" | head -n 12)"
+  L=$(cat "/sys/block/${scsi_dev#/dev/}/queue/logical_block_size")
+  zoned_sgu_compare "$pfx" "$(zoned_sgu "$scsi_dev" "$L")" "$zoned_ref_sgu" \
+    "$(zoned_sgu_allow "$(printf '0x%x' $(( ZONED_MB * 1048576 / L - 1 )))")"
+  zoned_sgu_count_check "$pfx" "$scsi_dev" "$L" hm "$zoned_ref_sgu_count"
   zbd_t0=$(date +%s) out=$(zoned_zbd "$scsi_dev")
   zoned_zbd_compare "$pfx" "$out" "$zoned_ref_zbd" hm
   diag "$pfx: s4k-zbdconf on the sect4k disk: $(( $(date +%s) - zbd_t0 )) s"
@@ -291,6 +300,226 @@ zoned_restart () {
   rm -f "$img" "$img.sect4k-zones"
 }
 
+# ---- sg3-utils, the other side's own tools ----------------------------------
+# zoned_sgu DEV L: what sg3-utils decode or dump of the zone pages, commands
+# and errors, one block per command, each line prefixed with the command
+# (the device path left out) and ending with its exit status, as a zone
+# conformance suite (sg3-utils and raw CDBs) sees the drive.  It resets
+# every zone first, then builds each condition: zone 0 conventional, 1
+# implicitly open, 2 explicitly open, 3 closed, 4 full (finished while
+# empty), the rest empty; a write 8 blocks above zone 5's pointer (refused
+# on host-managed, non-seq on host-aware).
+zoned_sgu () {
+  local dev=$1 L=$2 zl pb o z
+  zl=$(( ZONE_MB * 1048576 / L )) pb=$(( 4096 / L ))
+  h8 () { printf '%016x' "$1" | sed 's/../& /g'; }
+  h4 () { printf '%08x' "$1" | sed 's/../& /g'; }
+  dd if=/dev/urandom of=/tmp/zs.in bs=4096 count=1 2>/dev/null
+  sx () {  # sx CMD ARGS...: CMD ARGS DEV, its output and exit status
+    local out rc
+    out=$("$@" "$dev" 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -v '^ *$' | sed "s|$dev|DEV|g; s|^|$*: |"
+    echo "$*: exit $rc"
+  }
+  # shellcheck disable=SC2046
+  zw () {  # zw ZONE OFFSET_BLOCKS: one physical block written there (sg_raw)
+    sx sg_raw -s 4096 -i /tmp/zs.in 8a 00 $(h8 $(( $1 * zl + $2 ))) $(h4 $pb) 00 00
+  }
+  # The identity and the zone pages.
+  sx sg_inq | grep -e 'PDT=' -e 'exit' -e 'device type' |
+    sed 's/\(PDT=[0-9]*\) .*/\1/; s/ length=.*\(Peripheral device type\)/ \1/'
+  sx sg_vpd -p zbdch
+  sx sg_vpd -p zbdch -H
+  sx sg_vpd -p bdc | grep -i -e zoned -e exit
+  sx sg_readcap -l
+  # The zone commands listed and their CDB usage data.
+  sx sg_opcodes -n -m | grep -i -e zone -e realm -e 'write pointer' -e exit
+  for o in 0x95,0 0x95,6 0x95,7 0x94,1 0x94,2 0x94,3 0x94,4 0x94,5 0x94,0x10; do
+    sx sg_opcodes -n -o $o
+  done
+  sx sg_opcodes -n -o 0x95       # an opcode with service actions, asked without one
+  # The conditions.
+  sx sg_reset_wp --all
+  zw 3 0; sx sg_zone --close --zone=$((3 * zl))
+  zw 1 0
+  sx sg_zone --finish --zone=$((4 * zl))
+  sx sg_zone --open --zone=$((2 * zl))
+  zw 5 $((8 * pb))
+  # REPORT ZONES: every reporting option, then the cut lists.
+  o=0
+  while [ $o -le 63 ]; do
+    sx sg_rep_zones --report=$o
+    o=$((o + 1))
+  done
+  sx sg_rep_zones --hex --maxlen=64
+  sx sg_rep_zones --hex --maxlen=200
+  sx sg_rep_zones --hex --partial --maxlen=200
+  sx sg_rep_zones --hex --partial --maxlen=200 --report=1
+  sx sg_rep_zones --maxlen=128
+  sx sg_rep_zones --partial --maxlen=128 --start=$((2 * zl))
+  sx sg_rep_zones --num=2 --start=$((zl + zl / 2))
+  sx sg_rep_zones --start=$((zl + zl / 2)) --report=1
+  sx sg_rep_zones --start=$((16 * zl - 1))
+  sx sg_rep_zones --start=$((16 * zl))
+  sx sg_rep_zones --wp
+  # OPEN, CLOSE, FINISH, RESET WRITE POINTER: one zone, ALL, a count,
+  # and each refusal.
+  sx sg_zone -v --open --zone=$((6 * zl))    # at the limit: zone 1 closed implicitly
+  sx sg_zone -v --open --zone=$((7 * zl))    # two explicitly open: refused
+  sx sg_zone -v --open --zone=$((4 * zl))    # full
+  sx sg_zone -v --open --zone=$((2 * zl + 1))
+  sx sg_zone -v --open --zone=0
+  sx sg_zone -v --open --zone=$((16 * zl))
+  sx sg_zone -v --close --zone=$((2 * zl))
+  sx sg_zone -v --close --zone=$((3 * zl))
+  sx sg_zone -v --close --zone=0
+  sx sg_zone -v --finish --zone=$((1 * zl))
+  sx sg_zone -v --finish --zone=$((1 * zl + pb))
+  sx sg_rep_zones
+  sx sg_zone -v --open --count=1 --zone=$((8 * zl))   # ZONE COUNT 1: one zone
+  sx sg_zone -v --close --count=1 --zone=$((8 * zl))
+  sx sg_zone -v --close --all
+  sx sg_zone -v --open --zone=$((9 * zl))
+  zw 10 0
+  zw 11 0
+  sx sg_zone -v --close --all
+  sx sg_zone -v --open --all                 # closed zones 1, 10, 11 past the limit
+  sx sg_zone -v --close --zone=$((11 * zl))
+  sx sg_zone -v --open --all
+  sx sg_rep_zones
+  sx sg_zone -v --finish --all
+  sx sg_zone -v --finish --all --zone=$((3 * zl + 1))
+  sx sg_reset_wp -v --zone=$((4 * zl + 1))
+  sx sg_reset_wp -v --zone=0
+  sx sg_reset_wp -v --zone=$((4 * zl))
+  sx sg_reset_wp -v --count=2 --zone=$((10 * zl))
+  sx sg_reset_wp -v --zone=$((16 * zl))
+  sx sg_rep_zones
+  sx sg_reset_wp -v --all
+  sx sg_rep_zones --report=1 --num=1
+}
+
+# zoned_sgu_count DEV L: ZBC-2's ZONE COUNT (sg_zone and sg_reset_wp
+# --count), one line a command: its exit status, the sense key and
+# additional sense sg3-utils decode, then every zone's condition.
+zoned_sgu_count () {
+  local dev=$1 zl=$(( ZONE_MB * 1048576 / $2 ))
+  sc () {
+    local out rc
+    out=$("$@" "$dev" 2>&1); rc=$?
+    echo "$*: exit $rc$(printf '%s\n' "$out" | sed -n 's/.*Sense key: \(.*\)/; \1/p; s/^ *Additional sense: \(.*\)/; \1/p' |
+      tr -d '\n') |$(sg_rep_zones "$dev" | sed -n 's/^ *Zone condition: //p' |
+      sed 's/Not write pointer/nw/; s/Empty/em/; s/Implicitly opened/oi/; s/Explicitly opened/oe/; s/Closed/cl/; s/Full/fu/' |
+      tr '\n' ' ' | sed 's/^/ /; s/ $//')"
+  }
+  sg_reset_wp --all "$dev"
+  sc sg_zone -v --open --count=1 --zone=$((8 * zl))
+  sc sg_zone -v --open --count=2 --zone=$((8 * zl))
+  sc sg_zone -v --open --count=2 --zone=$((10 * zl))
+  sc sg_zone -v --close --count=2 --zone=$((8 * zl))
+  sc sg_zone -v --finish --count=3 --zone=$((10 * zl))
+  sc sg_reset_wp -v --count=2 --zone=$((10 * zl))
+  sc sg_zone -v --open --count=2 --zone=$((15 * zl))
+  sc sg_reset_wp -v --count=2 --zone=0
+  sc sg_reset_wp -v --all
+}
+
+# zoned_sgu_count_want L hm|ha: what zoned_sgu_count must print (ZBC-2:
+# the zones from ZONE ID on, all or none; host-managed: an open limit of 2).
+zoned_sgu_count_want () {
+  local zl=$(( ZONE_MB * 1048576 / $1 )) third
+  third="exit 0 | nw em em em em em em em oe oe oe oe em em em em"
+  [ "$2" = hm ] && third="exit 7; Data Protect; Insufficient zone resources | nw em em em em em em em oe oe em em em em em em"
+  cat <<EOT
+sg_zone -v --open --count=1 --zone=$((8 * zl)): exit 0 | nw em em em em em em em oe em em em em em em em
+sg_zone -v --open --count=2 --zone=$((8 * zl)): exit 0 | nw em em em em em em em oe oe em em em em em em
+sg_zone -v --open --count=2 --zone=$((10 * zl)): $third
+sg_zone -v --close --count=2 --zone=$((8 * zl)): exit 0 | nw em em em em em em em em em $( [ "$2" = hm ] && echo em em || echo oe oe) em em em em
+sg_zone -v --finish --count=3 --zone=$((10 * zl)): exit 0 | nw em em em em em em em em em fu fu fu em em em
+sg_reset_wp -v --count=2 --zone=$((10 * zl)): exit 0 | nw em em em em em em em em em em em fu em em em
+sg_zone -v --open --count=2 --zone=$((15 * zl)): exit 22; Illegal Request; Logical block address out of range | nw em em em em em em em em em em em fu em em em
+sg_reset_wp -v --count=2 --zone=0: exit 5; Illegal Request; Invalid field in cdb | nw em em em em em em em em em em em fu em em em
+sg_reset_wp -v --all: exit 0 | nw em em em em em em em em em em em em em em em
+EOT
+}
+
+# zoned_sgu_allow MAXLBA [ha]: the sed script that turns scsi_debug's
+# zoned_sgu lines into sect4k's where scsi_debug is wrong (or configured
+# otherwise), each with its reason; MAXLBA as sg_rep_zones prints it.
+zoned_sgu_allow () {
+  # scsi_debug runs without lbpu: no provisioning; sect4k unmaps its
+  # conventional zones (docs/zoned.md, Trims).
+  echo 's/^\(sg_readcap -l:    Logical block provisioning: \)lbpme=0, lbprz=0$/\1lbpme=1, lbprz=1/'
+  # The CONTROL byte: scsi_debug marks NACA, LINK and the vendor bits
+  # used (C7h) though it has no ACA (NormACA 0) nor linked commands.
+  echo '/^sg_opcodes -n -o 0x9[45],[0-9]*:   Usage data: /s/ c7 $/ 00 /'
+  # 95h/06h, REPORT REALMS: scsi_debug lists a second REPORT ZONES there,
+  # with no handler; neither drive has realms.
+  echo '/^sg_opcodes -n -o 0x95,6:   Command is supported/s/ supported .*/ NOT supported/'
+  echo '/^sg_opcodes -n -o 0x95,6:   Usage data: /d'
+  echo '/^sg_opcodes -n -m:  95  *6  .*Report realms$/d'
+  # Reporting option 08h (ZBC-2: zones whose condition is INACTIVE):
+  # none without zone domains, an empty list; scsi_debug takes it for a
+  # reserved option.
+  echo '/^sg_rep_zones --report=8: sg_rep_zones failed: /d'
+  echo '/^sg_rep_zones --report=8: exit 5$/s/5$/0/'
+  printf '%s\n' '/^sg_rep_zones --report=8: Report zones command: Illegal request$/c\' \
+    'sg_rep_zones --report=8: Report zones response:\' \
+    'sg_rep_zones --report=8:   Same=0: zone type and length may differ in each descriptor\' \
+    "sg_rep_zones --report=8:   Maximum LBA: $1"
+  [ "${2:-}" = ha ] || return 0
+  # Host-aware: ZBC-2 has the drive give B6h and ZONED 01b in B1h;
+  # scsi_debug zbc=host-aware on Linux 6.12 gives neither (the block
+  # layer has no host-aware model any more).  sect4k's page, exact.
+  echo '/^sg_vpd -p zbdch/d'
+  echo '/^sg_vpd -p bdc:   ZONED=/d'
+  printf '%s\n' '/^sg_vpd -p bdc: exit /i\' \
+    'sg_vpd -p zbdch: Zoned block device characteristics VPD page (SBC, ZBC):\' \
+    'sg_vpd -p zbdch:   Zoned block device extension: not reported\' \
+    'sg_vpd -p zbdch:   AAORB: 0\' \
+    'sg_vpd -p zbdch:   URSWRZ: 1\' \
+    'sg_vpd -p zbdch:   Optimal number of open sequential write preferred zones: not reported\' \
+    'sg_vpd -p zbdch:   Optimal number of non-sequentially written sequential write preferred zones: not reported\' \
+    'sg_vpd -p zbdch:   Maximum number of open sequential write required zones: no limit\' \
+    'sg_vpd -p zbdch: exit 0\' \
+    'sg_vpd -p zbdch -H: Zoned block device characteristics VPD page (SBC, ZBC):\' \
+    'sg_vpd -p zbdch -H:  00     00 b6 00 3c 01 00 00 00  ff ff ff ff ff ff ff ff    ...<............\' \
+    'sg_vpd -p zbdch -H:  10     ff ff ff ff 00 00 00 00  00 00 00 00 00 00 00 00    ................\' \
+    'sg_vpd -p zbdch -H:  20     00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00    ................\' \
+    'sg_vpd -p zbdch -H:  30     00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00    ................\' \
+    'sg_vpd -p zbdch -H: exit 0\' \
+    'sg_vpd -p bdc:   ZONED=1  [host-aware]'
+}
+
+# zoned_sgu_count_check PFX DEV L hm|ha REF: ZONE COUNT on the sect4k
+# disk does what ZBC-2 says, exactly; scsi_debug ignores the field (one
+# zone: resp_open_zone and the others read ZONE ID and ALL only), so its
+# lines are shown, not compared.
+zoned_sgu_count_check () {
+  local out
+  out=$(zoned_sgu_count "$2" "$3")
+  is "$1: sg_zone/sg_reset_wp --count (ZBC-2 ZONE COUNT): those zones, all or none, the sense of each refusal" \
+    "$out" "$(zoned_sgu_count_want "$3" "$4")" && diag "$out"
+  diag "scsi_debug (ZONE COUNT ignored):" "$5"
+}
+
+# zoned_sgu_compare PFX OUT REF [ALLOWED]: OUT equals REF line by line
+# once the sed script ALLOWED (the differences where scsi_debug is
+# wrong, each turning its line into sect4k's exact one) has run on REF.
+zoned_sgu_compare () {
+  if [ -z "$3" ]; then nok "$1: sg3-utils: scsi_debug's output (no reference)"; return; fi
+  printf '%s\n' "$3" | sed -e "${4:-}" > /tmp/sgu-ref.txt
+  printf '%s\n' "$2" > /tmp/sgu-s4k.txt
+  if diff /tmp/sgu-ref.txt /tmp/sgu-s4k.txt > /tmp/sgu.diff; then
+    ok "$1: sg3-utils ($(grep -c ': exit ' /tmp/sgu-s4k.txt) commands: sg_inq, sg_vpd zbdch/bdc, sg_readcap -l, sg_opcodes, sg_rep_zones, sg_zone, sg_reset_wp): equal to scsi_debug's line by line$([ -n "${4:-}" ] && echo ", but the allowed differences")"
+  else
+    nok "$1: sg3-utils: equal to scsi_debug's line by line"
+    diag "$(head -n 400 /tmp/sgu.diff)"
+  fi
+  diag "$(grep -e '^sg_inq: ' -e '^sg_vpd -p zbdch: ' -e '^sg_vpd -p bdc: ' -e '^sg_readcap -l: ' \
+    -e '^sg_opcodes -n -m: ' -e 'Usage data' /tmp/sgu-s4k.txt)"
+}
+
 # ---- host-aware: a regular disk to Linux -------------------------------------
 # zoned_ha_ops DEV: writes a host-aware drive takes anywhere (off the
 # write pointer too), one line each, then REPORT ZONES of zones 1-3 as
@@ -315,7 +544,7 @@ zoned_ha_ops () {
 # queue/zoned none; 6.1 shows host-aware on a disk with no partitions),
 # and both take unaligned writes, with the same zone report after them.
 zoned_host_aware () {
-  local pfx="zoned host-aware 512e" dev ref_sysfs= ref_ops= ref_zbd= out t0=$(date +%s)
+  local pfx="zoned host-aware 512e" dev ref_sysfs= ref_ops= ref_zbd= ref_sgu= ref_sgu_count= out t0=$(date +%s)
   if insmod /modules/scsi_debug.ko zbc=host-aware dev_size_mb=$ZONED_MB \
        zone_size_mb=$ZONE_MB zone_nr_conv=1 sector_size=512 physblk_exp=3 2>/tmp/insmod.err; then
     wait_for 20 sh -c 'grep -l scsi_debug /sys/block/sd*/device/model >/dev/null 2>&1'
@@ -323,6 +552,8 @@ zoned_host_aware () {
     if [ -n "$dev" ]; then
       ref_sysfs=$(zoned_sysfs "/dev/$dev")
       ref_ops=$(zoned_ha_ops "/dev/$dev")
+      ref_sgu=$(zoned_sgu "/dev/$dev" 512)
+      ref_sgu_count=$(zoned_sgu_count "/dev/$dev" 512)
       ref_zbd=$(zoned_zbd "/dev/$dev")
     fi
     rmmod scsi_debug
@@ -351,6 +582,9 @@ zoned_host_aware () {
   says "$pfx: ... both took the write off the write pointer (non-seq set)" "$out" \
     '^write zone 2 +8 x1: accepted$' '^write zone 3 +2 x1: accepted$' 'Non.seq.*1'
   diag "$(printf '%s\n' "$out" | head -n 20)"
+  zoned_sgu_compare "$pfx" "$(zoned_sgu "$scsi_dev" 512)" "$ref_sgu" \
+    "$(zoned_sgu_allow "$(printf '0x%x' $(( ZONED_MB * 2048 - 1 )))" ha)"
+  zoned_sgu_count_check "$pfx" "$scsi_dev" 512 ha "$ref_sgu_count"
   zoned_zbd_compare "$pfx" "$(zoned_zbd "$scsi_dev")" "$ref_zbd"
   stop_pid "$scsi_pid" 60
   is "$pfx: sect4k-server exits 0 on SIGTERM" "$stop_rc" 0
