@@ -175,8 +175,15 @@ zones_at (size_t cpi)
     if (w->zone >= 0 && !w->reset_zero) {
       struct zptr *p = &zp[w->zone];
       const uint64_t s = w->off / L, e = (w->off + w->len) / L;
+      /* Host-aware: from the zone's start (read_zones: empty at first);
+       * a trim moves nothing. */
+      const uint64_t from = aware ? w->zone * zone_bytes / L : s;
       if (!p->known)
-        *p = (struct zptr) { true, s, s };
+        *p = (struct zptr) { true, from, from };
+      if (aware && w->trim) {
+        wi++;
+        continue;
+      }
       p->live = e > p->live ? e : p->live;
       if ((wi < c->f || durable_at (w, c)) && e > p->dur)
         p->dur = e;
@@ -208,6 +215,20 @@ report_zones (FILE *fp, FILE *sum)
     if (!p->known)
       continue;
     uint64_t wp = p->dur, torn_k = UINT64_MAX;
+    /* NON_SEQ (host-aware): back to the end of the highest sector the
+     * medium holds, durable or kept (or torn, or destaged: a base past
+     * old) by the cut, at most the live pointer (fault_zone_cut). */
+    if (nonseq_at (z, cps[cur.cpi].before)) {
+      for (size_t i = 0; i < cur.nt; i++) {
+        const struct tsec *t = &cur.t[i];
+        uint64_t s, e;
+        sector_range (t->k, &s, &e);
+        if (zone_of (s) == (int64_t) z &&
+            (t->o.kind != O_REVERTED || t->o.base) && e / L > wp)
+          wp = e / L;
+      }
+      wp = wp < p->live ? wp : p->live;
+    }
     for (size_t i = 0; i < cur.nzg; i++) {
       const struct zgroup *zg = &cur.zg[i];
       if (zg->zone != (int64_t) z || !zg->p)
