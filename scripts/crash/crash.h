@@ -107,6 +107,9 @@ int64_t zone_of (uint64_t off);
 /* Zone z is NON_SEQ at the crash point before entry `before` (never on a
  * host-managed log): a write off its pointer since its last reset. */
 bool nonseq_at (int64_t z, uint64_t before);
+/* Each zone's pointer where the log starts (LBA): its start, or what a
+ * "sect4k-zonewp" entry says (docs/write-log.md "Zones"). */
+extern uint64_t *zone_wp0;
 /* The log's resets and finishes (of one zone, or ALL), for the zones'
  * pointers in the report. */
 struct zev {

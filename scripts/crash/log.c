@@ -39,9 +39,10 @@ zone_of (uint64_t off)
  * off the pointer (a trim and a reset's zeroes move nothing), cleared
  * by a reset only (the ALL form's zones included: an empty zone is
  * never NON_SEQ in a log), kept across finish, open, close and flush.
- * The log does not give the zones' state at its start: every zone is
- * taken empty then (a new device; file= restores zones unlogged). */
+ * Where the log starts every zone is empty but those its "sect4k-zonewp"
+ * entries list (a device whose file= restored them). */
 static uint64_t *zwp;
+uint64_t *zone_wp0;
 static bool *zopened;
 struct nsi {
   int64_t zone;
@@ -145,9 +146,38 @@ read_zones (void)
   zone_seq_start = (uint64_t) z.conventional * z.size;
   nzones = (g.size + zone_bytes - 1) / zone_bytes;
   zwp = xcalloc (nzones, sizeof *zwp);
+  zone_wp0 = xcalloc (nzones, sizeof *zone_wp0);
   zopened = xcalloc (nzones, sizeof *zopened);
-  for (size_t k = 0; k < nzones; k++)
+  for (size_t k = 0; k < nzones; k++) {
     zwp[k] = k * zone_bytes;
+    zone_wp0[k] = zwp[k] / L;
+  }
+}
+
+/* "sect4k-zonewp lba=LBA wp=WP[ non-seq]": zone LBA's state where the
+ * log starts. */
+static void
+zone_wp_entry (const struct s4k_wlog_entry *e)
+{
+  uint64_t lba, wp;
+  int n = -1;
+  const char *s = e->mark + strlen (S4K_WLOG_ZONE_WP_PREFIX);
+  if (sscanf (s, "lba=%" SCNu64 " wp=%" SCNu64 "%n", &lba, &wp, &n) != 2 ||
+      (strcmp (s + n, "") != 0 && strcmp (s + n, " non-seq") != 0))
+    die ("%s: entry %" PRIu64 ": a zone state that does not parse: \"%s\"",
+         log_path, e->index, e->mark);
+  const int64_t z = lba <= g.size / L ? zone_of (lba * L) : -1;
+  if (z < 0 || lba * L != (uint64_t) z * zone_bytes || wp < lba ||
+      wp * L > zone_end_byte (z))
+    die ("%s: entry %" PRIu64 ": \"%s\": no sequential zone starts at LBA "
+         "%" PRIu64 " with its pointer there", log_path, e->index, e->mark,
+         lba);
+  zwp[z] = wp * L;
+  zone_wp0[z] = wp;
+  if (aware && s[n] && !nonseq_now (z)) {
+    nsis = xrealloc (nsis, (nnsi + 1) * sizeof *nsis);
+    nsis[nnsi++] = (struct nsi) { z, e->index, UINT64_MAX };
+  }
 }
 
 /* The volatile writes of sequential zones since the last flush, not yet
@@ -398,6 +428,10 @@ read_log (void)
         e.zone_op)
       aware_op (e.zone_op, e.zone_all ? -2 : zone_of (e.zone_lba * L),
                 e.index);
+    if (zoned && (e.flags & S4K_WLOG_MARK) &&
+        strncmp (e.mark, S4K_WLOG_ZONE_WP_PREFIX,
+                 strlen (S4K_WLOG_ZONE_WP_PREFIX)) == 0)
+      zone_wp_entry (&e);
     if (e.flags & S4K_WLOG_MARK) {
       if (until_mark && !e.geometry && !e.zones &&
           strcmp (e.mark, until_mark) == 0) {

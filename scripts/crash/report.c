@@ -162,6 +162,10 @@ zones_at (size_t cpi)
   const size_t nz = (g.size + zone_bytes - 1) / zone_bytes;
   zp = xrealloc (zp, nz * sizeof *zp);
   memset (zp, 0, nz * sizeof *zp);
+  /* Those not empty where the log starts (its "sect4k-zonewp" entries). */
+  for (size_t z = zone_seq_start / zone_bytes; z < nz; z++)
+    if (zone_wp0[z] != z * zone_bytes / L)
+      zp[z] = (struct zptr) { true, zone_wp0[z], zone_wp0[z] };
   size_t wi = 0, ei = 0;
   for (;;) {
     const bool ev = ei < nzevs && zevs[ei].entry < c->before;
@@ -175,9 +179,9 @@ zones_at (size_t cpi)
     if (w->zone >= 0 && !w->reset_zero) {
       struct zptr *p = &zp[w->zone];
       const uint64_t s = w->off / L, e = (w->off + w->len) / L;
-      /* Host-aware: from the zone's start (read_zones: empty at first);
-       * a trim moves nothing. */
-      const uint64_t from = aware ? w->zone * zone_bytes / L : s;
+      /* Host-aware: from its pointer where the log starts (a write may
+       * be anywhere); a trim moves nothing. */
+      const uint64_t from = aware ? zone_wp0[w->zone] : s;
       if (!p->known)
         *p = (struct zptr) { true, from, from };
       if (aware && w->trim) {

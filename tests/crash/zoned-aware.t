@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 import tap  # noqa: E402
 import wlogfmt  # noqa: E402
-from crashlib import tmp, CRASH, ROOT  # noqa: E402
+from crashlib import tmp, CRASH, ROOT, build_replay_log  # noqa: E402
 
 BUILD = os.environ.get("SECT4K_BUILD", os.path.join(ROOT, "build",
                                                     "default"))
@@ -53,7 +53,7 @@ def run(cmd, **kw):
                           timeout=300, **kw)
 
 
-def explorer(log, geom, torn, until=None, report=None):
+def explorer(log, geom, torn, until=None, report=None, base=None):
     """The images (tuples of per-LBA bytes, E for EIO) of the last crash
     point, their count, and the summary."""
     d = os.path.join(tmp, "states-%d" % random.randrange(1 << 40))
@@ -64,6 +64,8 @@ def explorer(log, geom, torn, until=None, report=None):
         cmd += ["--until", until]
     if report:
         cmd += ["--report", report]
+    if base:
+        cmd += ["--base", base]
     p = run(cmd)
     if p.returncode:
         tap.diag("sect4k-crash: exit %d: %s" % (p.returncode,
@@ -89,9 +91,11 @@ def explorer(log, geom, torn, until=None, report=None):
 
 # ---- 1. the oracle ---------------------------------------------------------
 
-def oracle(log, until=None, torn="none"):
+def oracle(log, until=None, torn="none", base=None):
     """The device's images at the crash before mark `until` (or the
-    end): a set of tuples of per-LBA bytes.  L = P (512n)."""
+    end): a set of tuples of per-LBA bytes.  L = P (512n).  base: the
+    device's bytes where the log starts (its zones: the log's
+    sect4k-zonewp entries)."""
     ents = wlogfmt.read_log(log)
     geo = dict(kv.split("=") for kv in ents[0][5].split()[1:] if "=" in kv)
     size, L = int(geo["size"]), int(geo["logical"])
@@ -103,6 +107,9 @@ def oracle(log, until=None, torn="none"):
     nz = (NL + zl - 1) // zl
     seq = range(conv, nz)
     D = [zero] * NL                     # the medium
+    if base:
+        b = open(base, "rb").read()
+        D = [b[x * L:(x + 1) * L] for x in range(NL)]
     cache = {}                          # LBA -> the cached bytes
     wp = {z: z * zl for z in seq}       # the zone model's pointer
     dwp = dict(wp)                      # durable pointer
@@ -141,6 +148,13 @@ def oracle(log, until=None, torn="none"):
             reset_zone = None
             if mark == until:
                 break
+            if mark.startswith("sect4k-zonewp "):
+                kv = mark.split()
+                z = zone(int(kv[1][4:]))
+                wp[z] = dwp[z] = mwp[z] = int(kv[2][3:])
+                if "non-seq" in kv:
+                    nonseq.add(z)
+                continue
             if not mark.startswith("sect4k-zone "):
                 continue
             op, arg = mark.split()[1:]
@@ -306,6 +320,60 @@ for name, ops in CASES:
                 extra, miss = set(got) - want, want - set(got)
                 tap.diag("%d not the device's, %d missing"
                          % (len(extra), len(miss)))
+
+# ---- the zones' state where the log starts ----------------------------------
+# A device whose zones file= restored logs them after the layout
+# ("sect4k-zonewp"): zone 16 NON_SEQ at 19, zone 32 at 33, both taken
+# as they are (the same writes from empty zones would be off both
+# pointers: 16 states, not 12).  replay-log takes the entries as marks.
+d = os.path.join(tmp, "restored")
+os.mkdir(d)
+F, base = os.path.join(d, "F"), os.path.join(d, "base")
+keys = KEYS512N + " file=" + F
+l1, l2 = os.path.join(d, "l1"), os.path.join(d, "l2")
+p1 = run([ZONELOG, "record", l1, l1 + ".img", keys, "w:16:1", "w:18:1",
+          "w:32:1", "f"])
+shutil.copy(F, base)
+p2 = run([ZONELOG, "record", l2, l2 + ".img", keys, "w:19:1", "w:20:1",
+          "w:33:1", "w:34:1"])
+marks = [e[5] for e in wlogfmt.read_log(l2) if e[5]]
+tap.ok(p1.returncode == 0 and p2.returncode == 0 and
+       marks[2:] == ["sect4k-zonewp lba=16 wp=19 non-seq",
+                     "sect4k-zonewp lba=32 wp=33"],
+       "a device with restored zones logs them after the layout: %s %s"
+       % (marks[2:], (p1.stderr + p2.stderr).strip()[:200]))
+for torn in ("none", "zero"):
+    want = oracle(l2, None, torn, base)
+    got, _ = explorer(l2, "512n", torn, base=base)
+    tap.ok(len(got) == len(want) and (torn != "none" or len(want) == 12) and
+           set(got) == want, "restored zones torn=%s: the explorer's %d "
+           "states are the device's %d" % (torn, len(got), len(want)))
+for name, want in (("sect4k-zonewp lba=17 wp=18", "no sequential zone "
+                    "starts at LBA 17"),
+                   ("sect4k-zonewp lba=16 wp=40", "with its pointer there"),
+                   ("sect4k-zonewp lba=16 wp=18 nonseq", "does not parse")):
+    bad = os.path.join(d, "bad.log")
+    w = wlogfmt.LogWriter(bad, 32768, 512, 512,
+                          zones=("host-aware", 8192, 1))
+    w.mark(name)
+    w.write(16 * 512, bytes(512))
+    w.close()
+    p = run([CRASH, bad, "--geometry", "512n", "--states", "all",
+             "--output", d])
+    tap.ok(p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and
+           want in p.stderr, "%s: refused in one line: %s"
+           % (name, p.stderr.strip()))
+REPLAY, no_replay = build_replay_log()
+if not REPLAY:
+    tap.skip("replay-log replays a log with zone states", no_replay)
+else:
+    out = os.path.join(d, "replay")
+    shutil.copy(base, out)
+    p = run([REPLAY, "--log", l2, "--replay", out])
+    tap.ok(p.returncode == 0 and open(out, "rb").read() ==
+           open(l2 + ".img", "rb").read(),
+           "replay-log replays a log with zone states to the device's "
+           "image: %s" % p.stderr.strip()[:200])
 
 # ---- 2. real cuts ------------------------------------------------------------
 GEOMS = {"512e": (512, 65536, 32), "4kn": (4096, 262144, 16)}
