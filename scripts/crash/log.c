@@ -37,8 +37,9 @@ zone_of (uint64_t off)
  * to a write's end, never down), whether an empty zone was opened
  * explicitly (FINISH ALL takes it), and NON_SEQ: set by a write or zero
  * off the pointer (a trim and a reset's zeroes move nothing), cleared
- * by a reset only (the ALL form's zones included: an empty zone is
- * never NON_SEQ in a log), kept across finish, open, close and flush.
+ * by a reset only (RESET ALL skips an empty zone, which keeps it: one
+ * a cut emptied, as a sect4k-zonewp entry may say), kept across finish,
+ * open, close and flush.
  * Where the log starts every zone is empty but those its "sect4k-zonewp"
  * entries list (a device whose file= restored them). */
 static uint64_t *zwp;
