@@ -286,6 +286,19 @@ s4k_wlog_zone_op (struct s4k_wlog *w, unsigned op, uint64_t lba, bool all)
   return r;
 }
 
+int
+s4k_wlog_zone_wp (struct s4k_wlog *w, uint64_t lba, uint64_t wp,
+                  bool non_seq)
+{
+  char name[96];
+  snprintf (name, sizeof name, S4K_WLOG_ZONE_WP_PREFIX "lba=%" PRIu64
+            " wp=%" PRIu64 "%s", lba, wp, non_seq ? " non-seq" : "");
+  pthread_mutex_lock (&w->mu);
+  int r = append_locked (w, S4K_WLOG_MARK, 0, 0, NULL, name);
+  pthread_mutex_unlock (&w->mu);
+  return r;
+}
+
 uint64_t
 s4k_wlog_entries (struct s4k_wlog *w)
 {

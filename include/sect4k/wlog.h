@@ -58,6 +58,9 @@
  * zone's [start, old write pointer).  docs/write-log.md "Zones". */
 #define S4K_WLOG_ZONES_PREFIX "sect4k-zones "
 #define S4K_WLOG_ZONE_OP_PREFIX "sect4k-zone "
+/* A zone's state where the log starts (not "sect4k-zone ": a reader
+ * from before it takes it as a user's mark). */
+#define S4K_WLOG_ZONE_WP_PREFIX "sect4k-zonewp "
 
 /* ---- reader ----------------------------------------------------------- */
 
@@ -156,6 +159,11 @@ int s4k_wlog_zones (struct s4k_wlog *w, const struct s4k_zone_config *z);
 /* A zone operation's mark (op: enum s4k_zone_op; lba ignored when all). */
 int s4k_wlog_zone_op (struct s4k_wlog *w, unsigned op, uint64_t lba,
                       bool all);
+/* A sequential zone that is not empty where the log starts (file=
+ * restored it), after the layout: "sect4k-zonewp lba=LBA wp=WP", and
+ * " non-seq" if a host-aware zone was written off its pointer. */
+int s4k_wlog_zone_wp (struct s4k_wlog *w, uint64_t lba, uint64_t wp,
+                      bool non_seq);
 /* The name of op ("close", "finish", "open", "reset"), or NULL. */
 const char *s4k_wlog_zone_op_name (unsigned op);
 

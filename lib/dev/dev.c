@@ -14,6 +14,30 @@
 #include "fault/fault.h"
 #include "store/store_nbd.h"
 
+/* The sequential zones file= restored that are not empty, after the
+ * log's layout (docs/write-log.md "Zones"): a reader cannot tell their
+ * pointers, or a host-aware zone's NON_SEQ, from the writes after. */
+static int
+log_zone_wps (struct s4k_dev *d)
+{
+  struct s4k_zones_info zi;
+  s4k_zones_info (d->zones, &zi);
+  struct s4k_zone_desc *desc = calloc (zi.nr_zones, sizeof *desc);
+  if (!desc)
+    return -ENOMEM;
+  uint64_t listed;
+  int n = s4k_zones_report (d->zones, 0, 0, false, desc, zi.nr_zones,
+                            &listed);
+  int r = n < 0 ? n : 0;
+  for (int i = 0; i < n && r == 0; i++)
+    if (desc[i].type != S4K_ZT_CONVENTIONAL && desc[i].wp != UINT64_MAX &&
+        (desc[i].wp != desc[i].start || desc[i].non_seq))
+      r = s4k_wlog_zone_wp (d->wlog, desc[i].start, desc[i].wp,
+                            desc[i].non_seq);
+  free (desc);
+  return r;
+}
+
 /* ---- lifecycle --------------------------------------------------------- */
 
 /* The store's `contended`: a lock-free read that met writers of its
@@ -132,9 +156,11 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
     return -EINVAL;
   }
   /* The fault layer's durable pointers start at the zones' (file=: as
-   * the file left them). */
-  if (d->zones && d->fault) {
-    int r = fault_set_zones (d->fault, d->zones);
+   * the file left them), and the log says where they start. */
+  if (d->zones && (d->fault || (d->wlog && c->file))) {
+    int r = d->fault ? fault_set_zones (d->fault, d->zones) : 0;
+    if (r == 0 && d->wlog && c->file)
+      r = log_zone_wps (d);
     if (r) {
       snprintf (err, errlen, "zoned=: %s", s4k_strerror (-r));
       dev_zones_file_close (d);

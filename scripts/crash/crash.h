@@ -72,14 +72,14 @@ struct wr {
                                            done, as the fault layer does */
   bool atomic;                          /* S4K_WLOG_ATOMIC: kept or dropped
                                            whole, never torn */
-  int64_t zone;                         /* its sequential write required
-                                           zone (host-managed), or -1 */
+  int64_t zone;                         /* its sequential zone, or -1 */
   uint64_t settled;                     /* the entry that made it durable
                                            without a flush (a later FUA
                                            write, zero, reset or finish in
                                            its zone), or UINT64_MAX */
   bool reset_zero;                      /* a reset's zeroes (logged after
                                            its mark): no pointer moves */
+  bool trim;                            /* a trim: no pointer moves */
 };
 extern struct wr *writes;
 
@@ -98,11 +98,18 @@ durable_at (const struct wr *w, const struct cp *c)
   return w->durable_early || w->settled < c->before;
 }
 /* The log's zones (its layout entry, docs/write-log.md "Zones"):
- * host-managed only; sequential zones from byte zone_seq_start. */
-extern bool zoned;
+ * sequential zones from byte zone_seq_start; aware: host-aware, whose
+ * zones written off their pointer (NON_SEQ) are conventional at a cut. */
+extern bool zoned, aware;
 extern uint64_t zone_bytes, zone_seq_start;
-/* The sequential write required zone of byte off, or -1. */
+/* The sequential zone of byte off, or -1. */
 int64_t zone_of (uint64_t off);
+/* Zone z is NON_SEQ at the crash point before entry `before` (never on a
+ * host-managed log): a write off its pointer since its last reset. */
+bool nonseq_at (int64_t z, uint64_t before);
+/* Each zone's pointer where the log starts (LBA): its start, or what a
+ * "sect4k-zonewp" entry says (docs/write-log.md "Zones"). */
+extern uint64_t *zone_wp0;
 /* The log's resets and finishes (of one zone, or ALL), for the zones'
  * pointers in the report. */
 struct zev {

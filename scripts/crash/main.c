@@ -384,8 +384,9 @@ main (int argc, char **argv)
           " alignment-offset=%" PRIu32, log_path, L, P, g.alignment);
   /* The prefix rule applies: say so. */
   if (zoned)
-    printf (", host-managed zones of %" PRIu64 " bytes (sequential from "
-            "LBA %" PRIu64 ")", zone_bytes, zone_seq_start / L);
+    printf (", %s zones of %" PRIu64 " bytes (sequential from "
+            "LBA %" PRIu64 ")", aware ? "host-aware" : "host-managed",
+            zone_bytes, zone_seq_start / L);
   printf (", torn=%s: %zu crash points, %" PRIu64 " states in %.1fs",
           torn_names[torn], ncps, tally.states, secs);
   if (checker)

@@ -84,7 +84,7 @@ serve_write (const unsigned char *data, uint64_t off, uint64_t len)
       x->data = b;
     }
     const struct wr w = { 0, off, len, data, false, false, -1, UINT64_MAX,
-                          false };
+                          false, false };
     apply (&w, k, x->data);
   }
   return 0;

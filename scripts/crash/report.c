@@ -162,6 +162,10 @@ zones_at (size_t cpi)
   const size_t nz = (g.size + zone_bytes - 1) / zone_bytes;
   zp = xrealloc (zp, nz * sizeof *zp);
   memset (zp, 0, nz * sizeof *zp);
+  /* Those not empty where the log starts (its "sect4k-zonewp" entries). */
+  for (size_t z = zone_seq_start / zone_bytes; z < nz; z++)
+    if (zone_wp0[z] != z * zone_bytes / L)
+      zp[z] = (struct zptr) { true, zone_wp0[z], zone_wp0[z] };
   size_t wi = 0, ei = 0;
   for (;;) {
     const bool ev = ei < nzevs && zevs[ei].entry < c->before;
@@ -175,8 +179,15 @@ zones_at (size_t cpi)
     if (w->zone >= 0 && !w->reset_zero) {
       struct zptr *p = &zp[w->zone];
       const uint64_t s = w->off / L, e = (w->off + w->len) / L;
+      /* Host-aware: from its pointer where the log starts (a write may
+       * be anywhere); a trim moves nothing. */
+      const uint64_t from = aware ? zone_wp0[w->zone] : s;
       if (!p->known)
-        *p = (struct zptr) { true, s, s };
+        *p = (struct zptr) { true, from, from };
+      if (aware && w->trim) {
+        wi++;
+        continue;
+      }
       p->live = e > p->live ? e : p->live;
       if ((wi < c->f || durable_at (w, c)) && e > p->dur)
         p->dur = e;
@@ -208,6 +219,20 @@ report_zones (FILE *fp, FILE *sum)
     if (!p->known)
       continue;
     uint64_t wp = p->dur, torn_k = UINT64_MAX;
+    /* NON_SEQ (host-aware): back to the end of the highest sector the
+     * medium holds, durable or kept (or torn, or destaged: a base past
+     * old) by the cut, at most the live pointer (fault_zone_cut). */
+    if (nonseq_at (z, cps[cur.cpi].before)) {
+      for (size_t i = 0; i < cur.nt; i++) {
+        const struct tsec *t = &cur.t[i];
+        uint64_t s, e;
+        sector_range (t->k, &s, &e);
+        if (zone_of (s) == (int64_t) z &&
+            (t->o.kind != O_REVERTED || t->o.base) && e / L > wp)
+          wp = e / L;
+      }
+      wp = wp < p->live ? wp : p->live;
+    }
     for (size_t i = 0; i < cur.nzg; i++) {
       const struct zgroup *zg = &cur.zg[i];
       if (zg->zone != (int64_t) z || !zg->p)

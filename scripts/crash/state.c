@@ -38,7 +38,9 @@ state_set_cp (struct state *st, size_t cpi)
       st->vol[st->nvol++] = i;
   st->kept = xrealloc (st->kept, bitwords (st->nvol) * 8);
   memset (st->kept, 0, bitwords (st->nvol) * 8);
-  /* The writes outside sequential zones, and each zone's in log order. */
+  /* The writes outside sequential zones (a host-aware zone NON_SEQ at
+   * the crash point is one: its sectors are cut one by one), and each
+   * zone's in log order. */
   for (size_t g = 0; g < st->nzg; g++)
     free (st->zg[g].v);
   st->nfree = st->nzg = 0;
@@ -46,7 +48,7 @@ state_set_cp (struct state *st, size_t cpi)
   st->zg = xrealloc (st->zg, (st->nvol + 1) * sizeof *st->zg);
   for (size_t v = 0; v < st->nvol; v++) {
     const int64_t z = writes[st->vol[v]].zone;
-    if (z < 0) {
+    if (z < 0 || nonseq_at (z, c->before)) {
       st->freev[st->nfree++] = v;
       continue;
     }
@@ -389,11 +391,12 @@ outcome_allowed (const struct tsec *t, struct outcome o)
 /* ---- digits: what varies once the kept set is built ------------------- */
 
 static bool
-in_zone (const struct tsec *t)
+in_zone (const struct state *st, const struct tsec *t)
 {
   uint64_t s, e;
   sector_range (t->k, &s, &e);
-  return zone_of (s) >= 0;
+  const int64_t z = zone_of (s);
+  return z >= 0 && !nonseq_at (z, cps[st->cpi].before);
 }
 
 static size_t
@@ -436,7 +439,7 @@ state_digits (struct state *st)
   st->dg = xrealloc (st->dg, (st->nt + st->nzg + 1) * sizeof *st->dg);
   st->ndg = 0;
   for (size_t i = 0; i < st->nt; i++)
-    if (!in_zone (&st->t[i]))
+    if (!in_zone (st, &st->t[i]))
       st->dg[st->ndg++] = (struct digit) { i, 1, -1, n_outcomes (&st->t[i]) };
   for (size_t g = 0; g < st->nzg; g++) {
     const struct zgroup *zg = &st->zg[g];

@@ -10,7 +10,8 @@
  * runs OPs on a device of KEYS (space-separated, write-log=LOG added)
  * and writes the device's bytes at the end to IMAGE.  OP: w:LBA:N[:fua]
  * (N blocks, each 16-byte pattern (op number + 1, LBA) repeated, as
- * tests/crash/superset.t writes), z:LBA:N[:fua], f (flush), mark:NAME,
+ * tests/crash/superset.t writes), z:LBA:N[:fua], trim:LBA:N, f (flush),
+ * mark:NAME,
  * and reset|finish|open|close:LBA|all.  And for tests/crash/
  * zoned-superset.t:
  *   unit-zonelog cuts LOG DIR KEYS RUNS OP...
@@ -61,8 +62,11 @@ run_op (struct s4k_dev *d, uint32_t L, unsigned n, const char *op)
   if (strncmp (op, "mark:", 5) == 0)
     return s4k_dev_wlog_mark (d, op + 5);
   if (sscanf (op, "%15[a-z]:%llu:%llu:%63s", kind, &lba, &cnt, rest) >= 3 &&
-      (strcmp (kind, "w") == 0 || strcmp (kind, "z") == 0)) {
+      (strcmp (kind, "w") == 0 || strcmp (kind, "z") == 0 ||
+       strcmp (kind, "trim") == 0)) {
     const unsigned flags = strcmp (rest, "fua") == 0 ? S4K_FUA : 0;
+    if (kind[0] == 't')
+      return s4k_trim (d, cnt * L, lba * L, flags);
     if (kind[0] == 'z')
       return s4k_zero (d, cnt * L, lba * L, flags);
     char *buf = malloc (cnt * L);
