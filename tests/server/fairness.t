@@ -13,7 +13,12 @@ copied: here the fault layer (bad-sectors=, on a sector nobody reads)
 keeps them copied.  Without it, the memory store answers a hole by
 reference for next to nothing, and is charged so: then the floods get
 thousands of reads done per turn, and the good client's reads must
-still be served (counted in turns, and within a wide time bound)."""
+still be served (counted in turns, and within a wide time bound).  The
+file store (fairness-file.t) answers no read by reference: its reads
+of holes are copied through the request slots, each 8 MiB zeroed,
+copied and scanned (about 13 ms each here, 4 s for the good client's
+100 reads, 20 s with two busy loops beside), so there they are counted
+as copied reads, not timed."""
 import os
 import socket
 import struct
@@ -118,9 +123,14 @@ def floods_beside_good_reads(srv, per_read):
 
 def main():
     with Server("size=1G", options=["--threads", "1"]) as srv:
-        stop, socks, took = floods_beside_good_reads(srv, PER_READ_REF)
-        ok(took is not None and took < BOUND,
-           "holes by reference: the good client's reads within %d s" % BOUND)
+        if srvlib.STORE == "file":
+            # No read by reference: copied, charged its length.
+            stop, socks, took = floods_beside_good_reads(srv, PER_READ)
+        else:
+            stop, socks, took = floods_beside_good_reads(srv, PER_READ_REF)
+            ok(took is not None and took < BOUND,
+               "holes by reference: the good client's reads within %d s"
+               % BOUND)
         stop.set()
         for s in socks:
             s.close()
