@@ -28,7 +28,6 @@ import json
 import os
 import random
 import shutil
-import struct
 import subprocess
 import sys
 
@@ -37,14 +36,11 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 import tap  # noqa: E402
 import wlogfmt  # noqa: E402
-from crashlib import tmp, CRASH, ROOT, build_replay_log  # noqa: E402
+from crashlib import tmp, CRASH, build_replay_log  # noqa: E402
+from zonecuts import (CUTS, GEOMS, ZONELOG, canon_lbas,  # noqa: E402
+                      device_cuts, known_blocks, need_zonelog, scale)
 
-BUILD = os.environ.get("SECT4K_BUILD", os.path.join(ROOT, "build",
-                                                    "default"))
-ZONELOG = os.path.join(BUILD, "tests", "unit-zonelog")
-if not os.path.exists(ZONELOG):
-    tap.skip_all("tests/unit-zonelog is not built")
-CUTS = int(os.environ.get("SECT4K_SUPERSET_CUTS", "40"))
+need_zonelog()
 
 
 def run(cmd, **kw):
@@ -376,54 +372,9 @@ else:
            "image: %s" % p.stderr.strip()[:200])
 
 # ---- 2. real cuts ------------------------------------------------------------
-GEOMS = {"512e": (512, 65536, 32), "4kn": (4096, 262144, 16)}
-
-
-def block(wid, lba, L):
-    return struct.pack("<QQ", wid + 1, lba) * (L // 16)
-
-
-def canon_known(ops, L):
-    out = {}
-    for wid, op in enumerate(ops):
-        if op.startswith("w:"):
-            _, lba, n = op.split(":")[:3]
-            for i in range(int(n)):
-                out[block(wid, int(lba) + i, L)] = "w%d" % wid
-    return out
-
-
-def canon(img, known, L):
-    z = bytes(L)
-    return tuple("E" if b == "E" else "0" if b == z else
-                 known.get(bytes(b), "G") for b in img)
-
-
 def cut_images(geom, torn, ops, seed, runs):
-    L, size, zl = GEOMS[geom]
-    d = os.path.join(tmp, "dev-%d" % random.randrange(1 << 40))
-    os.mkdir(d)
-    log = os.path.join(d, "log")
-    keys = ("size=%d model=%s zoned=host-aware zone-size=%d "
-            "zone-conventional=1 write-cache=true torn=%s "
-            "power-cut-after=1000000000 seed=%d"
-            % (size, geom, zl * L, torn, seed))
-    p = run([ZONELOG, "cuts", log, d, keys, str(runs)] + ops)
-    if p.returncode:
-        print("Bail out! unit-zonelog cuts %s: %s"
-              % (" ".join(ops), (p.stdout + p.stderr).strip()[:300]))
-        sys.exit(1)
-    known = canon_known(ops, L)
-    imgs = []
-    for r in range(runs):
-        b = open(os.path.join(d, str(r)), "rb").read()
-        img = [b[i:i + L] for i in range(0, len(b), L)]
-        e = os.path.join(d, "%d.eio" % r)
-        for line in open(e) if os.path.exists(e) else []:
-            a, z = map(int, line.split("-"))
-            img[a:z + 1] = ["E"] * (z + 1 - a)
-        imgs.append(canon(img, known, L))
-    return log, imgs, known
+    log, imgs = device_cuts(geom, torn, ops, seed, runs, model="host-aware")
+    return log, imgs, known_blocks(ops, GEOMS[geom][0])
 
 
 # 512e: zone 0 conventional 0-31, zones at 32, 64, 96; 8 LBAs a sector.
@@ -438,23 +389,6 @@ FIXED = [
     ("across", ["w:32:24", "w:56:16", "w:72:8", "w:0:8"]),
     ("sub-sector", ["w:32:3", "w:35:5", "w:64:2", "w:70:4"]),
 ]
-
-
-def scale(geom, ops):
-    """4kn: the same place in the same zone (zones of 16 LBAs), counts
-    / 8 (at least 1)."""
-    if geom == "512e":
-        return ops
-    out = []
-    for op in ops:
-        f = op.split(":")
-        if len(f) > 1 and f[1] != "all":
-            lba = int(f[1])
-            f[1] = str(lba // 32 * 16 + lba % 32 // 8)
-        if f[0] in ("w", "z"):
-            f[2] = str(max(1, int(f[2]) // 8))
-        out.append(":".join(f))
-    return out
 
 
 def random_ops(rng, geom):
@@ -514,7 +448,7 @@ for geom, name, ops, torn in cases:
     log, imgs, known = cut_images(geom, torn, ops, dev_seed, CUTS)
     L = GEOMS[geom][0]
     got, _ = explorer(log, geom, torn)
-    states = {canon(s, known, L) for s in got}
+    states = {canon_lbas(s, L, known) for s in got}
     missing = sorted(set(imgs) - states)
     if not tap.ok(imgs and not missing,
                   "%s %s torn=%s%s: all %d cuts (%d distinct) are among "
@@ -535,7 +469,7 @@ for geom, torn, ops in TINY:
     L = GEOMS[geom][0]
     log, imgs, known = cut_images(geom, torn, ops, 1, 400)
     got, _ = explorer(log, geom, torn)
-    states = {canon(s, known, L) for s in got}
+    states = {canon_lbas(s, L, known) for s in got}
     if not tap.ok(set(imgs) == states and len(got) == len(states),
                   "%s torn=%s %s: the %d states are the %d distinct images "
                   "of 400 seeds" % (geom, torn, " ".join(ops), len(got),

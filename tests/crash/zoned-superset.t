@@ -23,7 +23,6 @@ there, zeroes, E (EIO) or G (anything else)."""
 import os
 import random
 import shutil
-import struct
 import subprocess
 import sys
 import time
@@ -32,81 +31,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 import tap  # noqa: E402
-from crashlib import tmp, CRASH, ROOT  # noqa: E402
+from crashlib import tmp, CRASH  # noqa: E402
+from zonecuts import (CUTS, GEOMS, canon, device_cuts,  # noqa: E402
+                      known_blocks, need_zonelog, read_eio, scale)
 
-BUILD = os.environ.get("SECT4K_BUILD", os.path.join(ROOT, "build",
-                                                    "default"))
-ZONELOG = os.path.join(BUILD, "tests", "unit-zonelog")
-if not os.path.exists(ZONELOG):
-    tap.skip_all("tests/unit-zonelog is not built")
-CUTS = int(os.environ.get("SECT4K_SUPERSET_CUTS", "40"))
+need_zonelog()
 RANDOM = 8              # random sequences per geometry
 # A random sequence's states at its last crash point, at most (a fixed
 # one has up to 1021; at most this many images of 64 or 256 KiB are
 # written per crash point to find out).
 STATE_BUDGET = 4096
-# (model, logical, size, zone LBAs): one conventional zone, three
-# sequential ones of four physical sectors.
-GEOMS = {"512e": (512, 65536, 32), "4kn": (4096, 262144, 16)}
-
-
-def block(wid, lba, L):
-    """What op wid puts in LBA lba (tests/unit/zonelog.c's pattern)."""
-    return struct.pack("<QQ", wid + 1, lba) * (L // 16)
-
-
-def known_blocks(ops, L):
-    out = {}
-    for wid, op in enumerate(ops):
-        if op.startswith("w:"):
-            _, lba, n = op.split(":")[:3]
-            for i in range(int(n)):
-                out[block(wid, int(lba) + i, L)] = "w%d" % wid
-    return out
-
-
-def canon(data, eio, L, known):
-    lbas = [data[i:i + L] for i in range(0, len(data), L)]
-    for a, b in eio:
-        lbas[a:b + 1] = [None] * (b + 1 - a)
-    zero = bytes(L)
-    return tuple("E" if b is None else "0" if b == zero
-                 else known.get(bytes(b), "G") for b in lbas)
-
-
-def read_eio(path):
-    if not os.path.exists(path):
-        return []
-    return [tuple(map(int, line.split("-"))) for line in open(path)]
-
-
-def keys(geom, torn, seed, extra=""):
-    L, size, zl = GEOMS[geom]
-    return ("size=%d model=%s zoned=host-managed zone-size=%d "
-            "zone-conventional=1 write-cache=true torn=%s "
-            "power-cut-after=1000000000 %sseed=%d"
-            % (size, geom, zl * L, torn, extra + " " if extra else "", seed))
-
-
-def device_cuts(geom, torn, ops, seed, runs, extra=""):
-    """(the log, the images of runs cuts)."""
-    d = os.path.join(tmp, "dev-%d-%d" % (seed, random.randrange(1 << 30)))
-    os.mkdir(d)
-    log = os.path.join(d, "log")
-    env = dict(os.environ, **(tap.sanitizer_env() or {}))
-    p = subprocess.run([ZONELOG, "cuts", log, d,
-                        keys(geom, torn, seed, extra), str(runs)] + ops,
-                       capture_output=True, text=True, env=env)
-    if p.returncode:
-        print("Bail out! unit-zonelog cuts %s: %s"
-              % (" ".join(ops), (p.stdout + p.stderr).strip()[:300]))
-        sys.exit(1)
-    L = GEOMS[geom][0]
-    known = known_blocks(ops, L)
-    images = [canon(open(os.path.join(d, str(r)), "rb").read(),
-                    read_eio(os.path.join(d, "%d.eio" % r)), L, known)
-              for r in range(runs)]
-    return log, images
 
 
 def explorer_states(log, geom, torn, known, budget=None):
@@ -154,23 +88,6 @@ FIXED = [
     ("conventional", ["w:0:1", "w:4:8", "w:32:8", "f", "w:2:4", "w:40:8",
                       "w:1:2:fua"]),
 ]
-
-
-def scale(geom, ops):
-    """4kn: in 4 KiB blocks, the same place in the same zone (512e's
-    zones of 32 LBAs, 4kn's of 16), counts / 8 (at least 1)."""
-    if geom == "512e":
-        return ops
-    out = []
-    for op in ops:
-        f = op.split(":")
-        if len(f) > 1 and f[1] != "all":
-            lba = int(f[1])
-            f[1] = str(lba // 32 * 16 + lba % 32 // 8)
-        if f[0] in ("w", "z"):
-            f[2] = str(max(1, int(f[2]) // 8))
-        out.append(":".join(f))
-    return out
 
 
 def random_ops(rng, geom):
