@@ -15,7 +15,10 @@ port=$((20000 + RANDOM % 20000))
 start_run () {
   local out=$1; shift
   set -m
-  "$@" >"$out" 2>&1 &
+  # With SIGINT at its default, as under a terminal: a shell started in
+  # the background of a script (a CI runner's, say) inherits it ignored,
+  # and a shell cannot trap a signal ignored when it started.
+  env --default-signal=INT "$@" >"$out" 2>&1 &
   runpid=$!
   set +m
   for _ in $(seq 300); do grep -q 'Stop with Ctrl-C' "$out" && break; sleep 0.1; done
