@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,9 +64,34 @@ sect4k_load (void)
   exports.readonly_per_connection = true;
 }
 
+/* nbdkit tells a plugin nothing when it stops (SIGTERM): it waits for
+ * the requests in flight, then unloads.  A request waiting on an
+ * upstream without a deadline (upstream-timeout=0) would wait forever:
+ * this thread sleeps in nbdkit_nanosleep, which nbdkit wakes as it
+ * stops, and stops the devices then (s4k_dev_stop: their waits end). */
+static pthread_t stop_watcher;
+static bool stop_watching;
+
+static void *
+watch_stop (void *arg)
+{
+  (void) arg;
+  while (nbdkit_nanosleep (3600, 0) == 0)
+    ;
+  pthread_setcancelstate (PTHREAD_CANCEL_DISABLE, NULL);
+  for (size_t i = 0; i < exports.n; i++)
+    s4k_dev_stop (exports.v[i].dev);
+  return NULL;
+}
+
 static void
 sect4k_unload (void)
 {
+  if (stop_watching) {
+    /* Ended by the stop; not (nbdkit -s: the connection ended) woken. */
+    pthread_cancel (stop_watcher);
+    pthread_join (stop_watcher, NULL);
+  }
   s4k_exports_close (&exports);
 }
 
@@ -134,6 +160,18 @@ static int
 sect4k_after_fork (void)
 {
   s4k_exports_start (&exports);
+  bool forever = false;
+  for (size_t i = 0; i < exports.n; i++)
+    forever |= exports.v[i].cfg.upstream && !exports.v[i].cfg.upstream_timeout;
+  if (forever) {
+    int e = pthread_create (&stop_watcher, NULL, watch_stop, NULL);
+    if (e) {
+      nbdkit_error ("upstream-timeout=0: cannot start a thread: %s",
+                    strerror (e));
+      return -1;
+    }
+    stop_watching = true;
+  }
   return 0;
 }
 

@@ -853,6 +853,11 @@ serve (struct server *s)
     /* SIGCHLD only ever ends a --run: say that, not "Child exited". */
     log_msg ("%s: finishing requests in flight and shutting down",
              sig == SIGCHLD ? "--run: the command ended" : strsignal (sig));
+    /* Now, not once the loops are gone: a request waiting on an
+     * upstream without a deadline (upstream-timeout=0) would keep its
+     * loop, and the exit, waiting forever. */
+    for (const struct server_cfg *e = &s->cfg; e; e = e->next)
+      s4k_dev_stop (e->dev);
   }
   uint64_t one = 1;
   for (unsigned i = 0; i < started; i++) {

@@ -809,6 +809,8 @@ main (int argc, char **argv)
     sigwait (&s.stop_signals, &sig);
     log_msg ("%s: removing the %s", sig == SIGCHLD ? "--run: the command "
              "ended" : strsignal (sig), what);
+    for (const struct server_cfg *e = &s.cfg; e; e = e->next)
+      s4k_dev_stop (e->dev);    /* as serve does: waits end from now */
   }
   if (child != -1) {
     /* Before the disks go: the command no longer uses them. */
@@ -825,7 +827,7 @@ out:
   if (private_socket && s.nlisten)
     captive_private_remove (private_path);
   for (const struct server_cfg *e = &s.cfg; e; e = e->next) {
-    s4k_dev_stop (e->dev);      /* the flush at exit must end */
+    s4k_dev_stop (e->dev);      /* (again) the flush at exit must end */
     int r = s4k_flush (e->dev);
     if (r < 0) {
       log_msg ("flush at exit: %s", s4k_strerror (-r));

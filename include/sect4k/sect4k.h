@@ -543,12 +543,14 @@ void s4k_aio_free (struct s4k_aio *a);
  * loops stop asking it to flush).  Nothing is posted to the loop after
  * it returns.  A loop that outlives d need not call it. */
 void s4k_dev_loop_gone (struct s4k_dev *d, struct s4k_loop *loop);
-/* The front end stops, none of its requests in flight: what comes after
- * is the final flush (s4k_flush) and s4k_dev_close, which calls it too.
- * Both end: the upstream store with upstream-timeout=0, which lets a
- * request wait forever, gives them 30 s of silence, and says in one line
- * what the flush could not cover (counted as a loss); the flush then
- * returns 0, as a stopping loop's final flush ends its stop. */
+/* The front end stops: called at its signal (any thread; requests may
+ * still be in flight, and end), again before the final flush
+ * (s4k_flush), and by s4k_dev_close.  From the first call every wait
+ * ends: the upstream store with upstream-timeout=0, which lets a request
+ * wait forever, gives each 30 s of silence from then (a request already
+ * waiting too), and says in one line what failed or what the final
+ * flush could not cover (counted as a loss); the flush then returns 0,
+ * as a stopping loop's final flush ends its stop. */
 void s4k_dev_stop (struct s4k_dev *d);
 /* Each returns 1 if the request is in flight: done (opaque, r) then runs
  * later on the loop's thread, and the buffer must stay as it is until
@@ -627,6 +629,13 @@ struct s4k_stats {
   uint32_t offset_bucket;       /* bytes per offset_hist bucket */
   uint32_t offset_buckets;      /* buckets in use: P / offset_bucket */
   struct s4k_op_stats op[S4K_NOPS];
+  /* upstream=: incidents in which writes the upstream had acknowledged
+   * but no flush had covered may have been lost (a connection to it
+   * died, or it said nothing for upstream-timeout=): one per incident,
+   * however many connections noticed it.  Each client connection with
+   * such writes gets EIO on its next flush. */
+  bool upstream;
+  uint64_t upstream_losses;
 };
 
 /* Sums every thread's counters. */

@@ -83,6 +83,7 @@ s4k_dev_new (struct s4k_dev **out, const struct s4k_config *c,
   d->name = c->name;
   d->atomic = c->atomic;
   d->volatile_store = !c->file && !c->upstream;
+  d->upstream = c->upstream;
   if (s4k_timing_enabled (&c->timing) &&
       !(d->timing = s4k_timing_new (&c->timing, &d->g))) {
     snprintf (err, errlen, "out of memory");
@@ -316,6 +317,8 @@ void
 s4k_dev_stats (const struct s4k_dev *d, struct s4k_stats *out)
 {
   stats_sum ((struct stats_state *) &d->stats, out);
+  out->upstream = d->upstream;
+  out->upstream_losses = atomic_load (d->losses);
 }
 
 struct s4k_fault *

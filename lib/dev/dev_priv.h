@@ -68,6 +68,7 @@ struct s4k_dev {
   struct s4k_zones *zones;      /* zoned=: the zones, or NULL */
   unsigned lbits;               /* log2 logical */
   bool volatile_store;          /* memory: no geometry outlives the device */
+  bool upstream;                /* upstream=: its losses are in the stats */
   char *geom_record;            /* file= a regular file: where FORMAT UNIT
                                    records the logical size (dev_format.c) */
   void *zmap;                   /* zoned= and file=: FILE.sect4k-zones,

@@ -70,6 +70,9 @@ s4k_stats_write_json (const struct s4k_dev *d, FILE *fp)
     fprintf (fp, "  \"write_amplification\": null,\n");
   else
     fprintf (fp, "  \"write_amplification\": %.4f,\n", wa);
+  if (s.upstream)
+    fprintf (fp, "  \"upstream\": {\"losses\": %" PRIu64 "},\n",
+             s.upstream_losses);
   fprintf (fp, "  \"ops\": {\n");
   for (unsigned i = 0; i < S4K_NOPS; i++) {
     const struct s4k_op_stats *o = &s.op[i];
@@ -123,6 +126,9 @@ s4k_stats_print (const struct s4k_dev *d, FILE *fp)
            w->rmw_sectors, w->rmw_read_bytes, w->store_write_bytes, w->bytes);
   if (wa >= 0)
     fprintf (fp, " (write amplification %.2f)", wa);
+  if (s.upstream)
+    fprintf (fp, "\nupstream losses (writes acknowledged, not flushed, "
+             "maybe gone): %" PRIu64, s.upstream_losses);
   fprintf (fp, "\nreads touching more physical sectors than their length "
            "needs: %" PRIu64 " of %" PRIu64 "\n", r->extra_sectors,
            r->requests);

@@ -116,10 +116,11 @@ struct s4k_store_ops {
    * (s4k_dev_loop_gone); a store that keeps anything of a loop's lets
    * go of it, and never touches the loop again. */
   void (*loop_gone) (struct s4k_store *s, struct s4k_loop *loop);
-  /* Optional: the front end stops (s4k_dev_stop): nothing comes after
-   * but the final flush and close, which must end; a store whose waits
-   * may have none (the upstream's with upstream-timeout=0) bounds them
-   * from now on. */
+  /* Optional: the front end stops (s4k_dev_stop, from any thread, maybe
+   * more than once): requests still in flight, the final flush and close
+   * must end; a store whose waits may have none (the upstream's with
+   * upstream-timeout=0) bounds them from now on, those already waiting
+   * too. */
   void (*stop) (struct s4k_store *s);
 };
 /* A store and what the engine may ask of it beyond whole sectors (set

@@ -45,12 +45,17 @@
  * connection's unflushed writes count as lost.  A thread, the prober,
  * connects meanwhile; once it has, requests go upstream again.
  *
- * Stop (the stop op: sect4k-server's flush at exit, a fault layer's
- * write cache written back at close): upstream-timeout=0 waits forever,
- * but a stop must end, so from then on every wait gets STOP_WAIT
- * (up_limit).  The final flush says in one line what it could not
- * cover (counted lost) and returns 0: the stop goes on, as a stopping
- * loop's does (store_nbd_aio.c).
+ * Stop (the stop op: at sect4k-server's signal, at nbdkit's through the
+ * plugin's thread asleep in nbdkit_nanosleep, and again before the
+ * flush at exit or a fault layer's write cache written back at close):
+ * upstream-timeout=0 waits forever, but a stop must end, so from then
+ * on every wait gets STOP_WAIT (up_limit).  A wait already blocked
+ * without a deadline polls stop_fd beside its socket (the loops: on
+ * their ring), and gets STOP_WAIT from the stop.  A request that fails
+ * so says it in one line (once: up_timed_out); the final flush says in
+ * one line what it could not cover (counted lost, unless a line said it
+ * already) and returns 0: the stop goes on, as a stopping loop's does
+ * (store_nbd_aio.c).
  *
  * Partial writes: where the export's minimum block size allows it (and
  * upstream-partial-writes= is not false), a write that cuts physical
@@ -94,28 +99,66 @@ deadline_of (uint64_t timeout)
   return timeout ? s4k_now_ns () + timeout : 0;
 }
 
-/* nbd_poll (h, ms), also ending when wake (>= 0) is readable: 2. */
+/* nbd_poll (h, ms), also ending when wake (>= 0) is readable: 2, or
+ * stop (>= 0): 3.  Without either, nbd_poll itself. */
 static int
-poll_wake (struct nbd_handle *h, int wake, int ms)
+poll_wake (struct nbd_handle *h, int wake, int stop, int ms)
 {
-  if (wake < 0)
+  if (wake < 0 && stop < 0)
     return nbd_poll (h, ms);
   unsigned dir = nbd_aio_get_direction (h);
-  struct pollfd p[2] = {
+  struct pollfd p[3] = {
     { .fd = nbd_aio_get_fd (h),
       .events = (dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
                 (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0) },
-    { .fd = wake, .events = POLLIN } };
-  int n = poll (p, 2, ms);
+    { .fd = wake, .events = POLLIN },
+    { .fd = stop, .events = POLLIN } };
+  int n = poll (p, 3, ms);
   if (n == -1)
     return errno == EINTR ? 0 : -1;
   if (p[1].revents)
     return 2;
+  if (p[2].revents)
+    return 3;
   if (p[0].revents & (POLLIN | POLLHUP | POLLERR))
     return nbd_aio_notify_read (h) == -1 ? -1 : 1;
   if (p[0].revents & POLLOUT)
     return nbd_aio_notify_write (h) == -1 ? -1 : 1;
   return 0;
+}
+
+/* A wait on the upstream: limit ns of silence (0: none), deadline. */
+struct waiting {
+  uint64_t limit, deadline;
+};
+
+static struct waiting
+wait_begin (uint64_t limit)
+{
+  return (struct waiting) { limit, deadline_of (limit) };
+}
+
+/* One poll of h within w: 1 if it said something (the deadline
+ * renewed), 0 if not yet, -1 if it failed, 2 if wake fired (as
+ * poll_wake), -ETIMEDOUT once silent past the deadline.  A wait without
+ * one (upstream-timeout=0) watches the stop too (stop_fd): a waiter
+ * blocked when the front end stops gets up_stop_limit from then.  With
+ * a deadline, nbd_poll as before: the same calls either way. */
+static int
+wait_poll (struct nbd_store *u, struct nbd_handle *h, struct waiting *w,
+           int wake)
+{
+  int ms = ms_left (w->deadline);
+  if (ms == 0)
+    return -ETIMEDOUT;
+  int p = poll_wake (h, wake, w->limit ? -1 : u->stop_fd, ms);
+  if (p == 3) {
+    *w = wait_begin (up_stop_limit (u));
+    return 0;
+  }
+  if (p == 1)
+    w->deadline = deadline_of (w->limit);   /* it said something */
+  return p;
 }
 
 /* A new connection, connected, or NULL and *err.  *silent (if not NULL)
@@ -138,20 +181,17 @@ connect_upstream (struct nbd_store *u, char *err, size_t errlen,
       nbd_aio_connect_uri (h, u->uri) == -1)
     r = -1;
   /* The connect and the handshake, within the timeout. */
-  const uint64_t limit = up_limit (u);
-  const uint64_t deadline = deadline_of (limit);
+  struct waiting w = wait_begin (up_limit (u));
   while (r == 0 && nbd_aio_is_connecting (h)) {
-    int ms = ms_left (deadline);
-    if (ms == 0) {
+    int p = wait_poll (u, h, &w, wake);
+    if (p == -ETIMEDOUT) {
       snprintf (err, errlen, "upstream=%s: no answer in %gs%s", u->uri,
-                limit / 1e9, u->timeout ? " (upstream-timeout=)"
-                                        : ", the limit at a stop");
+                w.limit / 1e9, up_stop_why (u));
       if (silent)
         *silent = true;
       nbd_close (h);
       return NULL;
     }
-    int p = poll_wake (h, wake, ms);
     if (p == 2) {
       snprintf (err, errlen, "upstream=%s: closing", u->uri);
       nbd_close (h);
@@ -321,12 +361,25 @@ prober (void *arg)
   return NULL;
 }
 
+/* This thread runs the final flush (nbd_store_flush at a stop), which
+ * says itself what it could not cover. */
+static __thread bool final_flush;
+
 void
 up_timed_out (struct nbd_store *u)
 {
   if (atomic_load (&u->stopping)) {
     atomic_store (&u->stop_silent, true);
     up_set_down (u);
+    if (final_flush || atomic_exchange (&u->said_requests, true))
+      return;
+    const bool lost = atomic_load (&u->base.losses) >
+                      atomic_load (&u->said_losses);
+    fprintf (stderr, "sect4k: upstream=%s: no answer in %gs%s: the "
+             "requests in flight on it failed (EIO)%s\n", u->uri,
+             up_stop_limit (u) / 1e9, up_stop_why (u),
+             lost ? "; writes since the last flush may be lost" : "");
+    up_stop_said (u);
     return;
   }
   fprintf (stderr, "sect4k: upstream=%s: no answer in %gs "
@@ -376,28 +429,25 @@ int
 up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie)
 {
   int r = cookie == -1 ? -1 : 0;
-  const uint64_t limit = up_limit (u);
-  uint64_t deadline = deadline_of (limit);
+  struct waiting w = wait_begin (up_limit (u));
   while (r == 0 && (r = nbd_aio_command_completed (c->h, cookie)) == 0) {
-    int ms = ms_left (deadline);
-    if (ms == 0) {
+    int p = wait_poll (u, c->h, &w, -1);
+    if (p == -ETIMEDOUT) {
       up_timed_out (u);
       conn_lost (u, c);
       return -EIO;
     }
-    int p = nbd_poll (c->h, ms);
     if (p == -1)
       r = -1;
-    else if (p == 1)
-      deadline = deadline_of (limit);       /* it said something */
   }
   return up_check (u, c, r == 1 ? 0 : -1);
 }
 
 int
-up_wait (struct nbd_handle *h, int64_t cookie, uint64_t timeout)
+up_wait (struct nbd_store *u, struct nbd_handle *h, int64_t cookie,
+         uint64_t timeout)
 {
-  uint64_t deadline = deadline_of (timeout);
+  struct waiting w = wait_begin (timeout);
   for (;;) {
     if (nbd_aio_is_dead (h) || nbd_aio_is_closed (h))
       return -EIO;
@@ -405,14 +455,9 @@ up_wait (struct nbd_handle *h, int64_t cookie, uint64_t timeout)
                    : nbd_aio_in_flight (h) == 0;
     if (r != 0)
       return r == 1 ? 0 : -EIO;
-    int ms = ms_left (deadline);
-    if (ms == 0)
-      return -ETIMEDOUT;
-    int p = nbd_poll (h, ms);
-    if (p == -1)
-      return -EIO;
-    if (p == 1)
-      deadline = deadline_of (timeout);     /* it said something */
+    int p = wait_poll (u, h, &w, -1);
+    if (p == -ETIMEDOUT || p == -1)
+      return p == -1 ? -EIO : p;
   }
 }
 
@@ -593,9 +638,10 @@ nbd_store_flush (struct s4k_store *s)
    * ends the stop as a stopping loop's does (up_loop_gone): what it
    * could not cover is counted lost and said in one line, and the stop
    * goes on. */
-  const uint64_t losses = atomic_load (&s->losses);
+  final_flush = true;
   int r = flush_all (u);
-  if (r == 0 && atomic_load (&s->losses) == losses)
+  final_flush = false;
+  if (r == 0 && atomic_load (&s->losses) == atomic_load (&u->said_losses))
     return 0;
   for (unsigned i = 0; i < u->n; i++) {
     struct conn *c = &u->conns[i];
@@ -607,21 +653,29 @@ nbd_store_flush (struct s4k_store *s)
   char why[96];
   if (atomic_load (&u->stop_silent))
     snprintf (why, sizeof why, "no answer in %gs%s", up_limit (u) / 1e9,
-              u->timeout ? " (upstream-timeout=)" : ", the limit at a stop");
+              up_stop_why (u));
   else if (r)
     snprintf (why, sizeof why, "%s", s4k_strerror (-r));
   else
     snprintf (why, sizeof why, "the connection failed");
   fprintf (stderr, "sect4k: upstream=%s: the final flush did not complete "
            "(%s): writes since the last flush may be lost\n", u->uri, why);
+  up_stop_said (u);
   return 0;
 }
 
-/* The front end stops: from now on no wait is without end. */
+/* The front end stops (at its signal: requests may be in flight, and
+ * again before the final flush): from now on no wait is without end,
+ * and a waiter blocked without a deadline wakes (stop_fd). */
 static void
 nbd_store_stop (struct s4k_store *s)
 {
-  atomic_store (&((struct nbd_store *) s)->stopping, true);
+  struct nbd_store *u = (struct nbd_store *) s;
+  if (atomic_load (&u->stopping))
+    return;
+  up_stop_said (u);             /* losses before are the clients' news */
+  atomic_store (&u->stopping, true);
+  (void) !write (u->stop_fd, &(uint64_t) { 1 }, 8);
 }
 
 /* ---- extents: the upstream's runs, zero only over whole sectors ------- */
@@ -725,10 +779,13 @@ nbd_store_close (struct s4k_store *s)
     pthread_mutex_destroy (&u->conns[i].lock);
   }
   pthread_mutex_destroy (&u->loops_lock);
+  pthread_mutex_destroy (&u->loss_lock);
   pthread_mutex_destroy (&u->probe_lock);
   pthread_cond_destroy (&u->probe_cond);
   if (u->wake >= 0)
     close (u->wake);
+  if (u->stop_fd >= 0)
+    close (u->stop_fd);
   free (u->zeroes);
   free (u->uri);
   free (u);
@@ -850,6 +907,7 @@ s4k_nbd_store_new (const struct s4k_config *c, uint64_t *size, char *err,
   u->timeout = c->upstream_timeout;
   u->base.async = u->base.async_extents = true;
   pthread_mutex_init (&u->loops_lock, NULL);
+  pthread_mutex_init (&u->loss_lock, NULL);
   pthread_mutex_init (&u->probe_lock, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init (&ca);
@@ -857,7 +915,8 @@ s4k_nbd_store_new (const struct s4k_config *c, uint64_t *size, char *err,
   pthread_cond_init (&u->probe_cond, &ca);
   pthread_condattr_destroy (&ca);
   u->wake = eventfd (0, EFD_CLOEXEC);
-  if (u->wake == -1) {
+  u->stop_fd = u->wake == -1 ? -1 : eventfd (0, EFD_CLOEXEC);
+  if (u->stop_fd == -1) {
     snprintf (err, errlen, "upstream store: eventfd: %s",
               s4k_strerror (errno));
     nbd_store_close (&u->base);

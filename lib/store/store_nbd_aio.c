@@ -27,7 +27,11 @@
  * closed as one that died (its requests fail with EIO): a timer of the
  * loop's ring, armed while it waits, checks when it last heard of it.
  * The upstream is then down (store_nbd.c): every loop fails its new
- * requests at once until the prober has connected again.
+ * requests at once until the prober has connected again.  With
+ * upstream-timeout=0 there is no timer until the front end stops: each
+ * loop polls the store's stop_fd through its ring (armed once, at its
+ * first request), and the stop arms the timer, STOP_WAIT from then
+ * (stop_woke).
  *
  * Block status goes the same way (nbd_aio_block_status), its replies
  * rounded to whole physical sectors by the same callback as the
@@ -119,6 +123,10 @@ struct aloop {
   uint64_t heard;
   struct s4k_completion timer;
   struct __kernel_timespec due;
+  /* upstream-timeout=0: a poll of the store's stop_fd, armed once, so
+   * that the stop bounds a wait that had no timer (stop_woke). */
+  struct s4k_completion stop_c;
+  bool stop_armed, stop_pending;
 };
 
 /* What a request (struct s4k_store_req) holds of the store's:
@@ -133,6 +141,7 @@ struct aloop {
 
 static void after_io (struct aloop *al);
 static void timer_done (struct s4k_completion *c, int res);
+static void stop_woke (struct s4k_completion *c, int res);
 static void ask_run (struct s4k_completion *c, int res);
 static void drain_run (struct s4k_completion *c, int res);
 
@@ -156,6 +165,7 @@ loop_get (struct nbd_store *u, struct s4k_loop *loop)
     al->rd.al = al->wr.al = al;
     al->gen = 1;
     al->timer.fn = timer_done;
+    al->stop_c.fn = stop_woke;
     al->waiting_tail = &al->waiting;
     al->ask_c.fn = ask_run;
     al->drain_c.fn = drain_run;
@@ -168,14 +178,16 @@ loop_get (struct nbd_store *u, struct s4k_loop *loop)
 }
 
 bool
-up_any_dirty (struct nbd_store *u)
+up_dirty_after (struct nbd_store *u, uint64_t after)
 {
   for (unsigned i = 0; i < u->n; i++)
-    if (mark_dirty (u, &u->conns[i].mark))
+    if (mark_dirty (u, &u->conns[i].mark) &&
+        atomic_load (&u->conns[i].mark.last) > after)
       return true;
   unsigned n = atomic_load_explicit (&u->nloops, memory_order_acquire);
   for (unsigned i = 0; i < n; i++)
-    if (mark_dirty (u, &u->loops[i]->mark))
+    if (mark_dirty (u, &u->loops[i]->mark) &&
+        atomic_load (&u->loops[i]->mark.last) > after)
       return true;
   return false;
 }
@@ -449,13 +461,34 @@ arm_timer (struct aloop *al, uint64_t when)
 static void
 watch (struct aloop *al)
 {
-  const uint64_t t = al->u->timeout;
+  const uint64_t t = up_limit (al->u);
   bool busy = al->h && (al->connecting || nbd_aio_in_flight (al->h) > 0);
   if (busy && !al->busy)
     al->heard = s4k_now_ns ();
   al->busy = busy;
   if (busy && t && !al->timer_armed)
     arm_timer (al, al->heard + t);
+  /* Without a timer until the stop: the stop arms it. */
+  if (!t && !al->stop_armed) {
+    struct io_uring_sqe *sqe = s4k_ring_sqe (al->loop->ring);
+    io_uring_prep_poll_add (sqe, al->u->stop_fd, POLLIN);
+    io_uring_sqe_set_data (sqe, &al->stop_c);
+    al->stop_armed = al->stop_pending = true;
+  }
+}
+
+/* The front end stops (stop_fd): a wait gets up_stop_limit from now. */
+static void
+stop_woke (struct s4k_completion *c, int res)
+{
+  struct aloop *al = s4k_container_of (c, struct aloop, stop_c);
+  (void) res;
+  al->stop_pending = false;
+  if (al->gone)
+    return;                     /* cancelled as the loop let go */
+  if (al->busy)
+    al->heard = s4k_now_ns ();
+  watch (al);
 }
 
 static void
@@ -464,10 +497,11 @@ timer_done (struct s4k_completion *c, int res)
   struct aloop *al = s4k_container_of (c, struct aloop, timer);
   (void) res;
   al->timer_armed = false;
+  const uint64_t t = up_limit (al->u);
   if (!al->busy)
     return;
-  if (s4k_now_ns () - al->heard < al->u->timeout) {
-    arm_timer (al, al->heard + al->u->timeout);
+  if (s4k_now_ns () - al->heard < t) {
+    arm_timer (al, al->heard + t);
     return;
   }
   up_timed_out (al->u);
@@ -866,7 +900,7 @@ own_flush (struct aloop *al)
     return -EIO;
   struct flush_cover c = mark_cover (u, &al->mark);
   int64_t cookie = nbd_aio_flush (al->h, NBD_NULL_COMPLETION, 0);
-  int r = cookie == -1 ? -EIO : up_wait (al->h, cookie, up_limit (u));
+  int r = cookie == -1 ? -EIO : up_wait (u, al->h, cookie, up_limit (u));
   if (r == 0)
     mark_flushed (u, &al->mark, c);
   else {
@@ -1012,17 +1046,17 @@ up_loop_gone (struct s4k_store *s, struct s4k_loop *loop)
   /* The flushes it was asked for and sent end, then its own writes are
    * flushed: with the asks still in the inbox answered after, every
    * write it completed is covered, or its loss counted. */
-  bool ok = true;
+  bool ok = true, said = false;
   if (al->h && !al->connecting) {
     /* upstream-timeout=0 lets requests wait forever, but a stop must
      * end: a silent upstream gets STOP_WAIT. */
     const uint64_t t = up_stop_limit (u);
-    int w = up_wait (al->h, 0, t);
+    int w = up_wait (u, al->h, 0, t);
     if (w == 0 && u->can_flush && mark_dirty (u, &al->mark) &&
         !up_down (u)) {
       struct flush_cover c = mark_cover (u, &al->mark);
       int64_t cookie = nbd_aio_flush (al->h, NBD_NULL_COMPLETION, 0);
-      w = cookie == -1 ? -EIO : up_wait (al->h, cookie, t);
+      w = cookie == -1 ? -EIO : up_wait (u, al->h, cookie, t);
       if (w == 0)
         mark_flushed (u, &al->mark, c);
     }
@@ -1031,8 +1065,7 @@ up_loop_gone (struct s4k_store *s, struct s4k_loop *loop)
       char why[96];
       if (w == -ETIMEDOUT)
         snprintf (why, sizeof why, "no answer in %gs%s", t / 1e9,
-                  u->timeout ? " (upstream-timeout=)"
-                             : ", the limit at a stop");
+                  up_stop_why (u));
       else
         snprintf (why, sizeof why, "the connection failed");
       fprintf (stderr, "sect4k: upstream=%s: a stopping loop's final flush "
@@ -1047,6 +1080,12 @@ up_loop_gone (struct s4k_store *s, struct s4k_loop *loop)
         up_timed_out (u);
     }
     ok = w == 0 && !dirty;
+    said = w && dirty;
+  }
+  if (al->stop_pending) {
+    struct io_uring_sqe *sqe = s4k_ring_sqe (al->loop->ring);
+    io_uring_prep_poll_remove (sqe, (__u64) (uintptr_t) &al->stop_c);
+    io_uring_sqe_set_data (sqe, NULL);
   }
   if (al->h) {
     struct apoll *polls[] = { &al->rd, &al->wr };
@@ -1070,6 +1109,8 @@ up_loop_gone (struct s4k_store *s, struct s4k_loop *loop)
     al->gen++;                  /* a flush that died with it: its loss */
     al->connecting = al->busy = false;
   }
+  if (said)
+    up_stop_said (u);           /* its line said what it lost */
   /* Ended flushes whose drain_c the loop did not run. */
   s4k_loop_run_posted (al->drained);
   al->drained = NULL;

@@ -66,6 +66,10 @@ struct nbd_store {
   _Atomic uint64_t reconnects;
   _Atomic uint64_t clock;        /* stamps of completed writes */
   _Atomic uint64_t flushed;      /* with multi-conn: stamps a flush covered */
+  /* The last loss counted covered the writes stamped up to lost_upto
+   * (mark_lost, under loss_lock). */
+  pthread_mutex_t loss_lock;
+  uint64_t lost_upto;
   char *zeroes;                  /* for upstreams without write-zeroes */
   size_t zeroes_len;
   /* The event loops' connections (store_nbd_aio.c): loops[i] for
@@ -86,10 +90,18 @@ struct nbd_store {
   bool prober_running, closing;
   pthread_t prober;
   int wake;                      /* eventfd: ends the prober's connect */
-  /* The front end stops (the store's stop op): what comes now is the
-   * final flush, bounded (up_limit); stop_silent: a wait then ended for
-   * silence. */
-  _Atomic bool stopping, stop_silent;
+  /* The front end stops (the store's stop op, at its signal, requests
+   * may still be in flight): from then every wait is bounded
+   * (up_limit); one without a deadline (upstream-timeout=0) was blocked
+   * in poll, and the stop wakes it: stop_fd, an eventfd written once and
+   * never read, polled beside the connection's socket (the loops': on
+   * their ring).  stop_silent: a wait then ended for silence.  Each line
+   * the stop says of what it could not finish records the losses it
+   * covered (said_losses), so that the next says only what is new;
+   * said_requests: the requests in flight that failed were said. */
+  _Atomic bool stopping, stop_silent, said_requests;
+  int stop_fd;
+  _Atomic uint64_t said_losses;
 };
 
 /* ---- marks ------------------------------------------------------------- */
@@ -136,18 +148,34 @@ mark_flushed (struct nbd_store *u, struct mark *m, struct flush_cover c)
     raise_to (&u->flushed, c.clock);
 }
 
-/* True if some connection, of the pool or of a loop, is dirty
- * (store_nbd_aio.c). */
-bool up_any_dirty (struct nbd_store *u);
+/* True if some connection, of the pool or of a loop, has a write
+ * stamped after `after` that no flush covered (store_nbd_aio.c). */
+bool up_dirty_after (struct nbd_store *u, uint64_t after);
+static inline bool
+up_any_dirty (struct nbd_store *u)
+{
+  return up_dirty_after (u, 0);
+}
 
 /* m's connection died: writes no flush covered may be gone, its own
- * and, if the upstream crashed, those of every other connection. */
+ * and, if the upstream crashed, those of every other connection.  One
+ * loss per incident: the connections that notice the same death one
+ * after the other (the reaped idle ones, each loop's) count it once.
+ * The clock is read before the count, so every write stamped up to it
+ * began before the count and its client connection is told (struct
+ * s4k_client); a death after counts again only if a write since is at
+ * risk. */
 static inline void
 mark_lost (struct nbd_store *u, struct mark *m)
 {
-  if (up_any_dirty (u))
+  pthread_mutex_lock (&u->loss_lock);
+  const uint64_t upto = atomic_load (&u->clock);
+  if (up_dirty_after (u, u->lost_upto)) {
+    u->lost_upto = upto;
     atomic_fetch_add (&u->base.losses, 1);
+  }
   raise_to (&m->flushed, atomic_load (&m->last));
+  pthread_mutex_unlock (&u->loss_lock);
 }
 
 /* ---- commands, for both paths ------------------------------------------ */
@@ -177,13 +205,16 @@ bool up_export_ok (struct nbd_store *u, struct nbd_handle *h);
 int up_cmd (struct nbd_store *u, struct conn *c, int64_t cookie);
 /* Polls h (nbd_poll) until the command cookie has completed (cookie 0:
  * until nothing is in flight), bounded by timeout ns of silence (0:
- * none): 0, -ETIMEDOUT if the upstream said nothing that long (the
+ * none until the front end stops, then up_stop_limit): 0, -ETIMEDOUT if the upstream said nothing that long (the
  * caller takes it as down), or -EIO if it failed or h died.  For a
  * caller that owns h and may block. */
-int up_wait (struct nbd_handle *h, int64_t cookie, uint64_t timeout);
-/* The upstream said nothing for up_limit: one line on stderr (none once
- * the front end stops: the final flush says what it lost), and it is
- * taken as down (up_set_down).  The caller closes its connection. */
+int up_wait (struct nbd_store *u, struct nbd_handle *h, int64_t cookie,
+             uint64_t timeout);
+/* The upstream said nothing for up_limit: one line on stderr, and it is
+ * taken as down (up_set_down).  Once the front end stops, the line
+ * (once) says that the requests in flight failed and whether writes
+ * may be lost; none in the final flush, which says it itself.  The
+ * caller closes its connection. */
 void up_timed_out (struct nbd_store *u);
 /* The upstream is taken as down (struct nbd_store's down; the prober
  * starts, the pool's idle connections are closed, every connection's
@@ -195,6 +226,18 @@ static inline uint64_t
 up_stop_limit (struct nbd_store *u)
 {
   return u->timeout ? u->timeout : STOP_WAIT;
+}
+/* What bounds a wait at a stop, for its line (after "no answer in Xs"). */
+static inline const char *
+up_stop_why (struct nbd_store *u)
+{
+  return u->timeout ? " (upstream-timeout=)" : ", the limit at a stop";
+}
+/* A line of the stop said what was lost so far. */
+static inline void
+up_stop_said (struct nbd_store *u)
+{
+  atomic_store (&u->said_losses, atomic_load (&u->base.losses));
 }
 /* How long a request waits for the upstream to say something: 0, no
  * limit (upstream-timeout=0), until the front end stops. */
