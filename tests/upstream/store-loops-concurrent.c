@@ -198,10 +198,19 @@ loop_start (unsigned id, bool is_long)
   return lp;
 }
 
+/* A loop's thread ends; its eventfd and memory go only once every loop
+ * has ended (loop_free), as sect4k-server's serve() closes its workers'
+ * wake fds: a loop letting go may still answer another's ask, a write
+ * to that one's eventfd (TSan saw one race the close). */
 static void
 loop_end (struct tloop *lp)
 {
   pthread_join (lp->thread, NULL);
+}
+
+static void
+loop_free (struct tloop *lp)
+{
   close (lp->efd);
   pthread_mutex_destroy (&lp->lock);
   memset (lp, 0xa5, sizeof *lp);
@@ -234,16 +243,24 @@ main (int argc, char **argv)
   if (pthread_create (&sync_thread, NULL, sync_main, NULL) != 0)
     bail ("pthread_create failed");
   unsigned id = LONG;
+  struct tloop *ended[GENERATIONS * SHORT];
+  unsigned nended = 0;
   for (unsigned g = 0; g < GENERATIONS; g++) {
     struct tloop *shorts[SHORT];
     for (unsigned i = 0; i < SHORT; i++)
       shorts[i] = loop_start (id++, false);
-    for (unsigned i = 0; i < SHORT; i++)
+    for (unsigned i = 0; i < SHORT; i++) {
       loop_end (shorts[i]);
+      ended[nended++] = shorts[i];
+    }
   }
   atomic_store (&stop_long, true);
   for (unsigned i = 0; i < LONG; i++)
     loop_end (longs[i]);
+  for (unsigned i = 0; i < LONG; i++)
+    loop_free (longs[i]);
+  for (unsigned i = 0; i < nended; i++)
+    loop_free (ended[i]);
   pthread_join (sync_thread, NULL);
 
   ok (atomic_load (&failures) == 0, "every request of %u loops ended well "
