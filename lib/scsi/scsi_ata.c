@@ -458,9 +458,7 @@ log_page (const struct s4k_scsi_lun *lun, uint8_t log, uint32_t page,
     put64le (b + 8, valid | (b6[4] & 0x01));
     put64le (b + 16, valid);    /* zoned settings: none */
     for (int i = 0; i < 3; i++) {
-      const uint8_t *f = b6 + 8 + 4 * i;
-      const uint32_t v = (uint32_t) f[0] << 24 | f[1] << 16 | f[2] << 8 |
-                         f[3];
+      const uint32_t v = get32 (b6 + 8 + 4 * i);
       if (v != UINT32_MAX)
         put64le (b + 24 + 8 * i, valid | v);
     }
